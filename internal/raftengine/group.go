@@ -1,0 +1,651 @@
+package raftengine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/arbor-storage/arbor/internal/raftengine/enginepb"
+)
+
+// entryHeaderLen is the size of the header the engine puts in front of every
+// proposed command: a format byte, the proposing node and the proposal id. It
+// lets the proposer recognise its own entry when it is applied (and notice
+// when another leader overwrote it).
+const entryHeaderLen = 17
+
+const entryFormatV1 = 1
+
+// ErrConfChangeInProgress is returned when a membership change is proposed
+// while an earlier one is not yet applied; retry once it is.
+var ErrConfChangeInProgress = errors.New("raftengine: a membership change is already in progress")
+
+func encodeEntry(node, id uint64, payload []byte) []byte {
+	b := make([]byte, entryHeaderLen, entryHeaderLen+len(payload))
+	b[0] = entryFormatV1
+	binary.BigEndian.PutUint64(b[1:], node)
+	binary.BigEndian.PutUint64(b[9:], id)
+	return append(b, payload...)
+}
+
+func decodeEntry(data []byte) (node, id uint64, payload []byte, err error) {
+	if len(data) < entryHeaderLen || data[0] != entryFormatV1 {
+		return 0, 0, nil, fmt.Errorf("raftengine: malformed entry header (%d bytes)", len(data))
+	}
+	return binary.BigEndian.Uint64(data[1:]), binary.BigEndian.Uint64(data[9:]), data[entryHeaderLen:], nil
+}
+
+type proposalResult struct {
+	result any
+	err    error
+}
+
+// proposal is a command or membership change waiting to be applied.
+type proposal struct {
+	id    uint64
+	cmd   []byte
+	cc    *raftpb.ConfChangeV2
+	done  chan proposalResult // buffered; receives exactly one result
+	index uint64              // log index, once raft appended it
+}
+
+func (p *proposal) finish(result any, err error) {
+	select {
+	case p.done <- proposalResult{result: result, err: err}:
+	default:
+	}
+}
+
+type readRequest struct {
+	ctx   []byte
+	index uint64 // 0 until raft confirmed leadership
+	done  chan error
+}
+
+// snapshotOffer asks whether a snapshot is worth receiving.
+type snapshotOffer struct {
+	header SnapshotHeader
+	reply  chan bool
+}
+
+// snapshotInstall installs a fully received snapshot.
+type snapshotInstall struct {
+	header SnapshotHeader
+	paths  []string
+	reply  chan error
+}
+
+type snapshotReport struct {
+	to     uint64
+	failed bool
+}
+
+// inbox holds what happened to a group since its last processing. It is the
+// only part of a group touched outside its worker.
+type inbox struct {
+	msgs        []Envelope
+	proposals   []*proposal
+	reads       []*readRequest
+	ticks       int
+	snapReports []snapshotReport
+	offers      []*snapshotOffer
+	installs    []*snapshotInstall
+	transfers   []uint64
+	progress    []chan GroupStatus
+	canceled    []uint64 // proposal ids whose callers gave up
+	wake        bool
+}
+
+// group is one local replica of a raft group.
+type group struct {
+	e    *Engine
+	id   uint64
+	desc GroupDescriptor
+	sm   StateMachine
+
+	mu sync.Mutex
+	in inbox
+
+	quiesced atomic.Bool
+	stopped  atomic.Bool
+	status   atomic.Pointer[GroupStatus]
+
+	// Everything below is owned by the worker processing the group.
+	rn          *raft.RawNode
+	store       *logStore
+	applied     uint64
+	appliedTerm uint64
+	confState   *raftpb.ConfState
+	leader      uint64
+	term        uint64
+	proposals   map[uint64]*proposal // accepted by raft, awaiting apply
+	unmatched   []*proposal          // accepted in this round, not yet seen in a Ready
+	reads       []*readRequest
+	// pendingConfIndex is the log index below which a new membership change
+	// must wait (raft would silently drop it otherwise).
+	pendingConfIndex uint64
+	// snapshotsOut maps a peer to the index of the snapshot being sent to it;
+	// the log is not truncated past it.
+	snapshotsOut map[uint64]uint64
+	idleTicks    int
+	removed      bool
+}
+
+func (g *group) enqueue(f func(in *inbox)) bool {
+	g.mu.Lock()
+	f(&g.in)
+	g.mu.Unlock()
+	if g.stopped.Load() {
+		return false
+	}
+	g.e.sched.enqueue(g.id)
+	return true
+}
+
+func (g *group) takeInbox() inbox {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	in := g.in
+	g.in = inbox{}
+	return in
+}
+
+// process is the group's step of the engine's ready loop.
+func (g *group) process() {
+	in := g.takeInbox()
+	if g.stopped.Load() {
+		g.failInbox(in, ErrStopped)
+		return
+	}
+	if err := g.processInbox(in); err != nil {
+		g.fail(err)
+		return
+	}
+	for g.rn.HasReady() {
+		if err := g.handleReady(); err != nil {
+			g.fail(err)
+			return
+		}
+	}
+	for _, p := range g.unmatched {
+		// Raft accepted the proposal but did not append it (it can replace
+		// a membership change it refuses by an empty entry): it will never
+		// commit.
+		delete(g.proposals, p.id)
+		p.finish(nil, ErrProposalDropped)
+		g.e.metrics.proposalsDropped.Add(1)
+	}
+	g.unmatched = g.unmatched[:0]
+	if err := g.maybeTruncateLog(); err != nil {
+		g.fail(err)
+		return
+	}
+	g.maybeQuiesce()
+	g.publishStatus()
+	if g.removed {
+		g.e.destroyAsync(g.id)
+	}
+}
+
+func (g *group) processInbox(in inbox) error {
+	if in.wake || len(in.proposals) > 0 || len(in.reads) > 0 || len(in.transfers) > 0 {
+		g.unquiesce()
+	}
+	for _, id := range in.canceled {
+		if p := g.proposals[id]; p != nil && p.index == 0 {
+			delete(g.proposals, id)
+		}
+	}
+	for range in.ticks {
+		if !g.quiesced.Load() {
+			g.rn.Tick()
+			g.idleTicks++
+		}
+	}
+	for _, env := range in.msgs {
+		g.step(env)
+	}
+	for _, r := range in.snapReports {
+		delete(g.snapshotsOut, r.to)
+		status := raft.SnapshotFinish
+		if r.failed {
+			status = raft.SnapshotFailure
+		}
+		g.rn.ReportSnapshot(r.to, status)
+	}
+	for _, o := range in.offers {
+		o.reply <- g.snapshotAcceptable(o.header)
+	}
+	for _, inst := range in.installs {
+		err := g.installSnapshot(inst)
+		inst.reply <- err
+		if err != nil && !errors.Is(err, errSnapshotDeclined) {
+			return err
+		}
+	}
+	for _, p := range in.proposals {
+		g.propose(p)
+	}
+	for _, r := range in.reads {
+		if !g.isLeader() {
+			r.done <- &NotLeaderError{GroupID: g.id, Leader: g.leader}
+			continue
+		}
+		g.rn.ReadIndex(r.ctx)
+		g.reads = append(g.reads, r)
+	}
+	for _, to := range in.transfers {
+		g.rn.TransferLeader(to)
+	}
+	for _, ch := range in.progress {
+		ch <- g.fullStatus()
+	}
+	return nil
+}
+
+func (g *group) step(env Envelope) {
+	m := env.Message
+	if !env.Quiesce && m.GetType() != raftpb.MessageType_MsgHeartbeatResp {
+		g.unquiesce()
+	}
+	if err := g.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+		g.e.log.Debug("step failed", "group", g.id, "type", m.GetType().String(), "err", err)
+	}
+	if env.Quiesce {
+		st := g.rn.BasicStatus()
+		if st.RaftState == raft.StateFollower && st.Lead == m.GetFrom() && st.HardState.GetTerm() == m.GetTerm() &&
+			st.HardState.GetCommit() == m.GetCommit() && g.store.lastIndex == m.GetCommit() {
+			g.quiesced.Store(true)
+		}
+	}
+}
+
+func (g *group) isLeader() bool { return g.leader == g.e.cfg.NodeID }
+
+func (g *group) propose(p *proposal) {
+	if !g.isLeader() {
+		p.finish(nil, &NotLeaderError{GroupID: g.id, Leader: g.leader})
+		return
+	}
+	var err error
+	if p.cc != nil {
+		if g.applied < g.pendingConfIndex {
+			p.finish(nil, ErrConfChangeInProgress)
+			return
+		}
+		cc := proto.CloneOf(p.cc)
+		cc.Context = encodeEntry(g.e.cfg.NodeID, p.id, nil)
+		err = g.rn.ProposeConfChange(cc)
+	} else {
+		err = g.rn.Propose(encodeEntry(g.e.cfg.NodeID, p.id, p.cmd))
+	}
+	if err != nil {
+		p.finish(nil, ErrProposalDropped)
+		g.e.metrics.proposalsDropped.Add(1)
+		return
+	}
+	g.proposals[p.id] = p
+	g.unmatched = append(g.unmatched, p)
+	g.e.metrics.proposals.Add(1)
+}
+
+// entryProposal returns the proposer and proposal id recorded in an entry,
+// if any.
+func entryProposal(e *raftpb.Entry) (node, id uint64, ok bool) {
+	var ctx []byte
+	switch e.GetType() {
+	case raftpb.EntryType_EntryNormal:
+		ctx = e.GetData()
+	case raftpb.EntryType_EntryConfChange:
+		var cc raftpb.ConfChange
+		if proto.Unmarshal(e.GetData(), &cc) != nil {
+			return 0, 0, false
+		}
+		ctx = cc.GetContext()
+	case raftpb.EntryType_EntryConfChangeV2:
+		var cc raftpb.ConfChangeV2
+		if proto.Unmarshal(e.GetData(), &cc) != nil {
+			return 0, 0, false
+		}
+		ctx = cc.GetContext()
+	}
+	node, id, _, err := decodeEntry(ctx)
+	return node, id, err == nil
+}
+
+func (g *group) handleReady() error {
+	rd := g.rn.Ready()
+	g.e.metrics.readyBatches.Add(1)
+	if rd.SoftState != nil {
+		g.onSoftState(rd.SoftState)
+	}
+	if hs := rd.HardState; hs != nil && hs.GetTerm() > g.term {
+		g.term = hs.GetTerm()
+	}
+
+	b := g.e.db.NewBatch()
+	defer b.Close()
+	snapshot := !raft.IsEmptySnap(rd.Snapshot)
+	if snapshot {
+		md := rd.Snapshot.GetMetadata()
+		g.store.resetTo(b, md.GetIndex(), md.GetTerm())
+	}
+	if err := g.store.append(b, rd.Entries); err != nil {
+		return err
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		if err := g.store.setHardState(b, rd.HardState); err != nil {
+			return err
+		}
+	}
+	if !b.Empty() {
+		opts := pebble.NoSync
+		if rd.MustSync || snapshot {
+			opts = pebble.Sync
+			g.e.metrics.syncedWrites.Add(1)
+		}
+		if err := b.Commit(opts); err != nil {
+			return fmt.Errorf("persist raft state: %w", err)
+		}
+	}
+	g.store.commitAppend(rd.Entries)
+	if len(rd.Entries) > 0 && g.isLeader() {
+		g.matchProposals(rd.Entries)
+	}
+
+	g.send(rd.Messages)
+	if err := g.apply(rd.CommittedEntries); err != nil {
+		return err
+	}
+	for _, rs := range rd.ReadStates {
+		for _, r := range g.reads {
+			if r.index == 0 && bytes.Equal(r.ctx, rs.RequestCtx) {
+				r.index = max(rs.Index, 1)
+			}
+		}
+	}
+	g.completeReads()
+	g.rn.Advance(rd)
+	return nil
+}
+
+func (g *group) matchProposals(entries []*raftpb.Entry) {
+	for _, e := range entries {
+		if e.GetType() != raftpb.EntryType_EntryNormal && e.GetIndex() > g.pendingConfIndex {
+			g.pendingConfIndex = e.GetIndex()
+		}
+		node, id, ok := entryProposal(e)
+		if !ok || node != g.e.cfg.NodeID {
+			continue
+		}
+		if p := g.proposals[id]; p != nil {
+			p.index = e.GetIndex()
+		}
+	}
+	if len(g.unmatched) > 0 {
+		kept := g.unmatched[:0]
+		for _, p := range g.unmatched {
+			if p.index == 0 {
+				kept = append(kept, p)
+			}
+		}
+		g.unmatched = kept
+	}
+}
+
+func (g *group) onSoftState(ss *raft.SoftState) {
+	wasLeader := g.isLeader()
+	if ss.Lead != g.leader {
+		g.leader = ss.Lead
+		g.e.metrics.leaderChanges.Add(1)
+		if g.isLeader() {
+			// Raft refuses membership changes until the new leader has
+			// applied everything up to its first entry.
+			g.pendingConfIndex = g.store.lastIndex
+		}
+		if cb := g.e.cfg.OnLeaderChange; cb != nil {
+			cb(g.id, ss.Lead, g.rn.BasicStatus().HardState.GetTerm())
+		}
+	}
+	if wasLeader && !g.isLeader() {
+		for _, r := range g.reads {
+			r.done <- &NotLeaderError{GroupID: g.id, Leader: g.leader}
+		}
+		g.reads = nil
+	}
+}
+
+func (g *group) send(msgs []*raftpb.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	var byNode map[uint64][]Envelope
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			g.startSnapshot(m)
+			continue
+		}
+		if byNode == nil {
+			byNode = make(map[uint64][]Envelope, 4)
+		}
+		byNode[m.GetTo()] = append(byNode[m.GetTo()], Envelope{GroupID: g.id, Message: m})
+	}
+	for to, envs := range byNode {
+		g.e.cfg.Transport.Send(to, envs)
+		g.e.metrics.messagesSent.Add(uint64(len(envs)))
+	}
+}
+
+type appliedResult struct {
+	node, id uint64
+	index    uint64
+	result   any
+}
+
+// apply applies committed entries in one batch, written together with the
+// new applied state, then answers the local proposers.
+func (g *group) apply(entries []*raftpb.Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	b := g.e.db.NewIndexedBatch()
+	defer b.Close()
+	w := newPrefixWriter(b, dataPrefix(g.id))
+	var results []appliedResult
+	confChanged := false
+	for _, e := range entries {
+		idx := e.GetIndex()
+		if idx <= g.applied {
+			continue
+		}
+		r := appliedResult{index: idx}
+		switch e.GetType() {
+		case raftpb.EntryType_EntryNormal:
+			if len(e.GetData()) == 0 {
+				break // a new leader's empty entry
+			}
+			node, id, payload, err := decodeEntry(e.GetData())
+			if err != nil {
+				return fmt.Errorf("entry %d: %w", idx, err)
+			}
+			res, err := g.sm.Apply(w, idx, payload)
+			if err != nil {
+				return fmt.Errorf("apply entry %d: %w", idx, err)
+			}
+			r.node, r.id, r.result = node, id, res
+		case raftpb.EntryType_EntryConfChange, raftpb.EntryType_EntryConfChangeV2:
+			var cc raftpb.ConfChangeI
+			if e.GetType() == raftpb.EntryType_EntryConfChange {
+				var v1 raftpb.ConfChange
+				if err := proto.Unmarshal(e.GetData(), &v1); err != nil {
+					return fmt.Errorf("entry %d: decode conf change: %w", idx, err)
+				}
+				cc = &v1
+			} else {
+				var v2 raftpb.ConfChangeV2
+				if err := proto.Unmarshal(e.GetData(), &v2); err != nil {
+					return fmt.Errorf("entry %d: decode conf change: %w", idx, err)
+				}
+				cc = &v2
+			}
+			g.confState = g.rn.ApplyConfChange(cc)
+			confChanged = true
+			r.node, r.id, _ = entryProposal(e)
+		}
+		g.applied, g.appliedTerm = idx, e.GetTerm()
+		g.idleTicks = 0
+		results = append(results, r)
+	}
+	if err := g.writeAppliedState(b); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("commit applied entries: %w", err)
+	}
+	g.e.metrics.applied.Add(uint64(len(results)))
+
+	for _, r := range results {
+		var mine *proposal
+		if r.node == g.e.cfg.NodeID {
+			mine = g.proposals[r.id]
+		}
+		if mine != nil {
+			delete(g.proposals, r.id)
+			mine.finish(r.result, nil)
+		}
+		// Any other proposal of ours recorded at this index lost its place
+		// to another leader's entry: it will never commit.
+		for id, p := range g.proposals {
+			if p.index == r.index {
+				delete(g.proposals, id)
+				p.finish(nil, ErrProposalDropped)
+				g.e.metrics.proposalsDropped.Add(1)
+			}
+		}
+	}
+	if confChanged {
+		g.store.confState = g.confState
+		if !g.inConfig(g.e.cfg.NodeID) && g.applied > 0 {
+			g.removed = true
+		}
+	}
+	return nil
+}
+
+func (g *group) writeAppliedState(b *pebble.Batch) error {
+	cs, err := proto.Marshal(g.confState)
+	if err != nil {
+		return err
+	}
+	return setProto(b, appliedKey(g.id), &enginepb.AppliedState{Index: g.applied, Term: g.appliedTerm, ConfState: cs})
+}
+
+func (g *group) inConfig(node uint64) bool {
+	cs := g.confState
+	for _, set := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
+		for _, id := range set {
+			if id == node {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (g *group) completeReads() {
+	if len(g.reads) == 0 {
+		return
+	}
+	kept := g.reads[:0]
+	for _, r := range g.reads {
+		if r.index != 0 && r.index <= g.applied {
+			r.done <- nil
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	g.reads = kept
+}
+
+// fail stops the group after an error it cannot recover from (a failed
+// disk write, a state machine that reports corruption). The replica's disk
+// state is left as it is; restarting the node reopens it from there.
+func (g *group) fail(err error) {
+	g.e.log.Error("group failed; stopping its replica", "group", g.id, "err", err)
+	g.stopped.Store(true)
+	for _, p := range g.proposals {
+		p.finish(nil, fmt.Errorf("group %d: %w: %v", g.id, ErrStopped, err))
+	}
+	g.proposals = map[uint64]*proposal{}
+	for _, r := range g.reads {
+		r.done <- fmt.Errorf("group %d: %w: %v", g.id, ErrStopped, err)
+	}
+	g.reads = nil
+	g.failInbox(g.takeInbox(), ErrStopped)
+}
+
+func (g *group) failInbox(in inbox, err error) {
+	for _, p := range in.proposals {
+		p.finish(nil, err)
+	}
+	for _, r := range in.reads {
+		r.done <- err
+	}
+	for _, o := range in.offers {
+		o.reply <- false
+	}
+	for _, inst := range in.installs {
+		inst.reply <- err
+	}
+	for _, ch := range in.progress {
+		ch <- GroupStatus{GroupID: g.id, NodeID: g.e.cfg.NodeID}
+	}
+}
+
+func (g *group) publishStatus() {
+	st := g.rn.BasicStatus()
+	prev := g.status.Load()
+	if prev != nil && prev.Leader == st.Lead && prev.Term == st.HardState.GetTerm() &&
+		prev.Commit == st.HardState.GetCommit() && prev.Applied == g.applied &&
+		prev.Quiesced == g.quiesced.Load() && prev.confState == g.confState {
+		return
+	}
+	g.status.Store(&GroupStatus{
+		GroupID:   g.id,
+		NodeID:    g.e.cfg.NodeID,
+		Kind:      g.desc.Kind,
+		Leader:    st.Lead,
+		Term:      st.HardState.GetTerm(),
+		Commit:    st.HardState.GetCommit(),
+		Applied:   g.applied,
+		Voters:    append([]uint64(nil), g.confState.GetVoters()...),
+		Learners:  append([]uint64(nil), g.confState.GetLearners()...),
+		Quiesced:  g.quiesced.Load(),
+		confState: g.confState,
+	})
+}
+
+func (g *group) fullStatus() GroupStatus {
+	g.publishStatus()
+	st := *g.status.Load()
+	if g.isLeader() {
+		st.Progress = map[uint64]ReplicaProgress{}
+		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+			st.Progress[id] = ReplicaProgress{
+				Match:        pr.Match,
+				RecentActive: pr.RecentActive,
+				Snapshot:     pr.State == tracker.StateSnapshot,
+			}
+		})
+	}
+	return st
+}

@@ -1,0 +1,56 @@
+package raftengine
+
+import "go.etcd.io/raft/v3/raftpb"
+
+// GroupStatus is a point-in-time view of one local replica.
+type GroupStatus struct {
+	GroupID uint64
+	NodeID  uint64
+	Kind    string
+	// Leader is the node this replica believes leads the group (0: none).
+	Leader   uint64
+	Term     uint64
+	Commit   uint64
+	Applied  uint64
+	Voters   []uint64
+	Learners []uint64
+	// Quiesced is true while the group is idle and not ticking.
+	Quiesced bool
+	// Progress is the leader's view of each replica's match index; empty
+	// on followers.
+	Progress map[uint64]ReplicaProgress
+
+	confState *raftpb.ConfState // to notice membership changes cheaply
+}
+
+// ReplicaProgress is the leader's view of one replica.
+type ReplicaProgress struct {
+	Match        uint64
+	RecentActive bool
+	// Snapshot is true while the replica is being sent a snapshot.
+	Snapshot bool
+}
+
+// IsLeader reports whether the local replica is the leader.
+func (s GroupStatus) IsLeader() bool { return s.Leader != 0 && s.Leader == s.NodeID }
+
+// Metrics is a snapshot of engine-wide counters, exported at the edge (the
+// server turns it into Prometheus metrics).
+type Metrics struct {
+	// Groups is the number of local replicas; Leaders how many of them lead.
+	Groups, Leaders, Quiesced int
+	// Proposals counts proposals accepted by local leaders; Applied counts
+	// committed entries applied by local replicas.
+	Proposals, ProposalsDropped, Applied uint64
+	// ReadyBatches counts processed raft Ready structs; SyncedWrites counts
+	// pebble commits that were synced.
+	ReadyBatches, SyncedWrites uint64
+	// MessagesSent and MessagesReceived count raft messages through the
+	// transport; MessagesDropped those the transport could not queue.
+	MessagesSent, MessagesReceived, MessagesDropped uint64
+	// SnapshotsSent and SnapshotsApplied count snapshot transfers;
+	// SnapshotBytesSent their payload.
+	SnapshotsSent, SnapshotsApplied, SnapshotBytesSent uint64
+	// LeaderChanges counts leader changes observed by local replicas.
+	LeaderChanges uint64
+}

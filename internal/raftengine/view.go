@@ -1,0 +1,90 @@
+package raftengine
+
+import (
+	"errors"
+	"io"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// pebbleReader is what DB, indexed Batch and Snapshot offer for reads.
+type pebbleReader interface {
+	getter
+	NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+// prefixReader is a Reader over one group's data span.
+type prefixReader struct {
+	r      pebbleReader
+	prefix []byte
+}
+
+func (v prefixReader) key(k []byte) []byte {
+	out := make([]byte, 0, len(v.prefix)+len(k))
+	return append(append(out, v.prefix...), k...)
+}
+
+func (v prefixReader) Get(key []byte) ([]byte, error) {
+	val, closer, err := v.r.Get(v.key(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return append([]byte(nil), val...), nil
+}
+
+func (v prefixReader) bounds(start, end []byte) (lo, hi []byte) {
+	lo = v.key(start)
+	if end == nil {
+		hi = prefixEnd(v.prefix)
+	} else {
+		hi = v.key(end)
+	}
+	return lo, hi
+}
+
+func (v prefixReader) Scan(start, end []byte, fn func(key, value []byte) error) error {
+	lo, hi := v.bounds(start, end)
+	iter, err := v.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	for valid := iter.First(); valid; valid = iter.Next() {
+		if err := fn(iter.Key()[len(v.prefix):], iter.Value()); err != nil {
+			_ = iter.Close()
+			return err
+		}
+	}
+	if err := iter.Error(); err != nil {
+		_ = iter.Close()
+		return err
+	}
+	return iter.Close()
+}
+
+// prefixWriter is the Writer handed to Apply: an indexed batch, so that
+// reads see the writes of earlier commands in the same batch.
+type prefixWriter struct {
+	prefixReader
+	b *pebble.Batch
+}
+
+func newPrefixWriter(b *pebble.Batch, prefix []byte) prefixWriter {
+	return prefixWriter{prefixReader: prefixReader{r: b, prefix: prefix}, b: b}
+}
+
+func (w prefixWriter) Set(key, value []byte) error { return w.b.Set(w.key(key), value, nil) }
+func (w prefixWriter) Delete(key []byte) error     { return w.b.Delete(w.key(key), nil) }
+func (w prefixWriter) DeleteRange(start, end []byte) error {
+	lo, hi := w.bounds(start, end)
+	return w.b.DeleteRange(lo, hi, nil)
+}
+
+var (
+	_ Reader    = prefixReader{}
+	_ Writer    = prefixWriter{}
+	_ io.Closer = (*pebble.Batch)(nil)
+)
