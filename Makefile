@@ -1,17 +1,33 @@
 # Arbor build, test and benchmark targets. `make test` is what CI runs.
 GO ?= go
-GOBIN := $(shell $(GO) env GOPATH)/bin
+GOBIN := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 PROTOS := $(shell find internal -name '*.proto')
+# Every Go file of the work tree, tracked or not (generated and vendored
+# files included: they must be gofmt-clean too).
+GOFILES = $(shell git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*')
 
-.PHONY: all build deps proto lint test test-short fuzz bench soak clean
+# The version stamped into bin/arbor (see internal/buildinfo).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/arbor-storage/arbor/internal/buildinfo.version=$(VERSION)
+
+# Where `make dev` keeps its cluster; DEV_FLAGS are extra `arbor dev` flags
+# (e.g. DEV_FLAGS="--nodes 3 --faults fail=0.01").
+DEV_DIR ?= /tmp/arbor
+DEV_FLAGS ?=
+
+.PHONY: all build deps dev proto lint test test-short fuzz bench soak clean
 
 all: build
 
 build:
-	$(GO) build -o bin/arbor ./cmd/arbor
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/arbor ./cmd/arbor
 
 deps:
 	bash scripts/install-deps.sh
+
+# Runs a local cluster in the foreground until Ctrl-C (see README.md).
+dev: deps build
+	./bin/arbor dev --dir $(DEV_DIR) $(DEV_FLAGS)
 
 # Regenerates the committed protobuf code; needs protoc and the plugins that
 # scripts/install-deps.sh installs. A normal build needs only Go.
@@ -22,15 +38,17 @@ proto:
 		$(PROTOS)
 
 lint:
-	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	@test -z "$$(gofmt -l $(GOFILES))" || (echo "gofmt needed:"; gofmt -l $(GOFILES); exit 1)
 	$(GO) vet ./...
 	$(GOBIN)/staticcheck ./...
 
-test: lint build
-	$(GO) test -count=1 -timeout 25m ./...
+# Cluster tests run the bin/arbor just built (ARBOR_BINARY) instead of
+# building their own.
+test: deps lint build
+	ARBOR_BINARY=$(CURDIR)/bin/arbor $(GO) test -count=1 -timeout 25m ./...
 
 test-short: build
-	$(GO) test -count=1 -short ./...
+	ARBOR_BINARY=$(CURDIR)/bin/arbor $(GO) test -count=1 -short ./...
 
 clean:
 	rm -rf bin

@@ -1,0 +1,73 @@
+package devcluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/arbor-storage/arbor/internal/directory"
+	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/server"
+)
+
+// ClusterHealthy is the default health check: HTTPHealthy, and the
+// directory has a leader that sees every running node alive.
+func ClusterHealthy(ctx context.Context, c *Cluster) error {
+	if err := HTTPHealthy(ctx, c); err != nil {
+		return err
+	}
+	st, err := c.DirectoryStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if st.GetLeaderId() == 0 {
+		return fmt.Errorf("the directory has no leader")
+	}
+	states := map[uint64]pb.NodeState{}
+	for _, n := range st.GetNodes() {
+		states[n.GetId()] = n.GetState()
+	}
+	for _, n := range c.Nodes() {
+		if !n.Running || c.CutOff(n.ID) {
+			continue
+		}
+		if s, ok := states[n.ID]; !ok {
+			return fmt.Errorf("node %d is not registered with the directory", n.ID)
+		} else if s != pb.NodeState_NODE_STATE_ALIVE {
+			return fmt.Errorf("node %d is %s", n.ID, directory.StateName(s))
+		}
+	}
+	return nil
+}
+
+// DirectoryStatus asks the cluster's directory for its linearizable status.
+func (c *Cluster) DirectoryStatus(ctx context.Context) (*pb.StatusResponse, error) {
+	client, err := directory.Dial(c.DirectoryAddrs(), server.ClientDialOptions(c.ClusterID())...)
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, healthRequestTimeout)
+	defer cancel()
+	return client.Status(ctx, &pb.StatusRequest{})
+}
+
+// CutOff reports whether the partitions this harness made leave node id
+// unable to reach a majority of the directory's voters: such a node cannot
+// register or heartbeat, so health checks do not expect it to be healthy.
+func (c *Cluster) CutOff(id uint64) bool {
+	c.mu.Lock()
+	blocked := c.blocked[id]
+	c.mu.Unlock()
+	voters, reachable := 0, 0
+	for _, n := range c.Nodes() {
+		if !slices.Contains(n.Roles, string(server.RoleDirectory)) {
+			continue
+		}
+		voters++
+		if !blocked[n.ID] {
+			reachable++
+		}
+	}
+	return reachable <= voters/2
+}

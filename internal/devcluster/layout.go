@@ -1,0 +1,216 @@
+package devcluster
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Files in a cluster directory.
+const (
+	layoutFileName  = "dev.json"
+	lockFileName    = "dev.lock"
+	ClusterFileName = "cluster"
+	// LogFileName is each node's log, in its data dir.
+	LogFileName = "arbor.log"
+)
+
+// Defaults and limits of a dev cluster.
+const (
+	DefaultNodes           = 5
+	DefaultDirectoryVoters = 3
+	maxNodes               = 64
+	layoutFormatVersion    = 1
+	clusterIDRandomBytes   = 6
+)
+
+// Role names as `arbor server --roles` takes them.
+const (
+	roleDirectory = "directory"
+	roleStorage   = "storage"
+)
+
+// layout is the persisted description of a dev cluster (DIR/dev.json).
+type layout struct {
+	FormatVersion int          `json:"format_version"`
+	ClusterID     string       `json:"cluster_id"`
+	Nodes         []nodeLayout `json:"nodes"`
+}
+
+type nodeLayout struct {
+	ID       uint64   `json:"id"`
+	Addr     string   `json:"addr"`
+	HTTPAddr string   `json:"http_addr"`
+	Domain   string   `json:"domain"`
+	Roles    []string `json:"roles"`
+}
+
+func (n nodeLayout) isVoter() bool {
+	for _, r := range n.Roles {
+		if r == roleDirectory {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *layout) voters() []nodeLayout {
+	var vs []nodeLayout
+	for _, n := range l.Nodes {
+		if n.isVoter() {
+			vs = append(vs, n)
+		}
+	}
+	return vs
+}
+
+// directoryPeers is the --directory-peers value of every node.
+func (l *layout) directoryPeers() string {
+	var parts []string
+	for _, n := range l.voters() {
+		parts = append(parts, strconv.FormatUint(n.ID, 10)+"="+n.Addr)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *layout) node(id uint64) (*nodeLayout, bool) {
+	for i := range l.Nodes {
+		if l.Nodes[i].ID == id {
+			return &l.Nodes[i], true
+		}
+	}
+	return nil, false
+}
+
+func newClusterID() (string, error) {
+	b := make([]byte, clusterIDRandomBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("cluster id: %w", err)
+	}
+	return "dev-" + hex.EncodeToString(b), nil
+}
+
+func newNodeLayout(id uint64, voter bool) nodeLayout {
+	roles := []string{roleStorage}
+	if voter {
+		roles = []string{roleDirectory, roleStorage}
+	}
+	return nodeLayout{ID: id, Domain: fmt.Sprintf("dev-%d", id), Roles: roles}
+}
+
+// loadLayout reads DIR/dev.json; ok is false if there is none.
+func loadLayout(dir string) (l *layout, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, layoutFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	l = &layout{}
+	if err := json.Unmarshal(b, l); err != nil {
+		return nil, false, fmt.Errorf("%s: %w", filepath.Join(dir, layoutFileName), err)
+	}
+	if err := l.validate(); err != nil {
+		return nil, false, fmt.Errorf("%s: %w", filepath.Join(dir, layoutFileName), err)
+	}
+	return l, true, nil
+}
+
+func (l *layout) validate() error {
+	if l.FormatVersion != layoutFormatVersion {
+		return fmt.Errorf("format version %d, this build reads %d", l.FormatVersion, layoutFormatVersion)
+	}
+	if l.ClusterID == "" {
+		return errors.New("no cluster id")
+	}
+	if len(l.Nodes) == 0 || len(l.Nodes) > maxNodes {
+		return fmt.Errorf("%d nodes, want 1 to %d", len(l.Nodes), maxNodes)
+	}
+	for i, n := range l.Nodes {
+		if n.ID != uint64(i+1) {
+			return fmt.Errorf("node %d at position %d: ids must be 1..N in order", n.ID, i+1)
+		}
+		for _, a := range []string{n.Addr, n.HTTPAddr} {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return fmt.Errorf("node %d: bad address %q", n.ID, a)
+			}
+		}
+	}
+	if len(l.voters()) == 0 {
+		return errors.New("no directory voters")
+	}
+	return nil
+}
+
+func (l *layout) save(dir string) error {
+	b, err := json.MarshalIndent(l, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, layoutFileName), append(b, '\n'))
+}
+
+// writeFileAtomic writes path through a temporary file and a rename.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// freeAddrs returns n distinct free 127.0.0.1 addresses. The listeners are
+// held until all are chosen so that the n are distinct. Another process
+// may still take one before the node binds it; the node then fails to
+// start and says so in its log, and WaitHealthy reports that log.
+func freeAddrs(n int) ([]string, error) {
+	var lis []net.Listener
+	defer func() {
+		for _, l := range lis {
+			l.Close()
+		}
+	}()
+	addrs := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		lis = append(lis, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
+}
+
+// addrFree reports whether addr can be listened on now.
+func addrFree(addr string) bool {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
