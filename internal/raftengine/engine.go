@@ -554,22 +554,36 @@ func (e *Engine) ReadIndex(ctx context.Context, gid uint64) error {
 	}
 }
 
-// TransferLeadership asks the leader to hand leadership to node to and
-// waits until this replica sees it happen.
+// TransferLeadership hands the group's leadership from this replica, which
+// must be the leader (else *NotLeaderError), to node to, and waits until
+// this replica sees it happen. It fails if leadership goes elsewhere.
 func (e *Engine) TransferLeadership(ctx context.Context, gid, to uint64) error {
 	g, err := e.liveGroup(gid)
 	if err != nil {
 		return err
 	}
+	st := g.status.Load()
+	if st.Leader == to {
+		return nil
+	}
+	if !st.IsLeader() {
+		return &NotLeaderError{GroupID: gid, Leader: st.Leader}
+	}
+	retry := time.Duration(e.cfg.ElectionTicks) * e.cfg.TickInterval
 	tick := time.NewTicker(e.cfg.TickInterval)
 	defer tick.Stop()
+	var asked time.Time
 	for {
 		st := g.status.Load()
-		if st.Leader == to {
+		switch {
+		case st.Leader == to:
 			return nil
-		}
-		if st.Leader == e.cfg.NodeID {
+		case st.Leader != 0 && st.Leader != e.cfg.NodeID:
+			return fmt.Errorf("transfer leadership of group %d to node %d: node %d took it", gid, to, st.Leader)
+		case st.Leader == e.cfg.NodeID && time.Since(asked) > retry:
+			// Raft abandons a transfer after an election timeout; ask again.
 			g.enqueue(func(in *inbox) { in.transfers = append(in.transfers, to) })
+			asked = time.Now()
 		}
 		select {
 		case <-tick.C:
