@@ -22,6 +22,11 @@ func (sm *StateMachine) Apply(w raftengine.Writer, index uint64, data []byte) (a
 	if err := checkStateless(cmd); err != nil {
 		return failf(pb.ErrorCode_INVALID_ARGUMENT, "%v", err), nil
 	}
+	if prev, err := repeatedRequest(w, cmd.RequestId); err != nil {
+		return nil, fmt.Errorf("directory: apply index %d: %w", index, err)
+	} else if prev != nil {
+		return prev, nil
+	}
 	// Apply is the only writer of sm.st and runs on one goroutine, so it
 	// reads the state without the lock; it takes the lock to publish.
 	a := &applier{
@@ -39,6 +44,9 @@ func (sm *StateMachine) Apply(w raftengine.Writer, index uint64, data []byte) (a
 	binary.BigEndian.PutUint64(clock, uint64(a.now))
 	a.eff.setRaw(keyClock, clock)
 	if err := a.eff.write(w); err != nil {
+		return nil, fmt.Errorf("directory: apply index %d: %w", index, err)
+	}
+	if err := rememberRequest(w, index, cmd.RequestId, res); err != nil {
 		return nil, fmt.Errorf("directory: apply index %d: %w", index, err)
 	}
 	sm.mu.Lock()

@@ -2,8 +2,11 @@ package directory
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc/metadata"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -177,10 +180,20 @@ func retryable(err error) bool {
 }
 
 // call runs one RPC against the leader, redirecting and retrying.
+// newRequestID returns a random request id (hex, 16 bytes of entropy).
+func newRequestID() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 func call[T any](ctx context.Context, c *Client, method string, rpc func(context.Context, pb.DirectoryClient) (T, error)) (T, error) {
 	var zero T
 	backoff := minRetryBackoff
 	redirected := false
+	// One id for every attempt of this call: the directory applies a
+	// successful write once however often it arrives (requests.go).
+	ctx = metadata.AppendToOutgoingContext(ctx, requestIDMetadataKey, newRequestID())
 	for {
 		addr, conn, err := c.target()
 		if err != nil {

@@ -18,6 +18,10 @@ var (
 	prefixFileSystem = []byte("f/")
 	prefixLease      = []byte("l/")
 	prefixConfig     = []byte("k/")
+	// Requests that succeeded, by id, and the same ids by log index for
+	// eviction (see requests.go).
+	prefixRequest      = []byte("q/")
+	prefixRequestIndex = []byte("Q/")
 )
 
 func uint64Key(prefix []byte, id uint64) []byte {

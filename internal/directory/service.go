@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
@@ -134,6 +135,11 @@ func (s *Service) addressOf(id uint64) string {
 // successful result, or a gRPC error.
 func (s *Service) propose(ctx context.Context, cmd *pb.Command) (*pb.CommandResult, error) {
 	cmd.NowUnixMs = s.cfg.Now().UnixMilli()
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if ids := md.Get(requestIDMetadataKey); len(ids) > 0 {
+			cmd.RequestId = []byte(ids[0])
+		}
+	}
 	if err := checkStateless(cmd); err != nil {
 		return nil, invalidArgument("%v", err)
 	}

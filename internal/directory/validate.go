@@ -196,6 +196,9 @@ func checkLoad(load float64) error {
 // on the directory's state. Apply runs it first; the service runs it before
 // proposing, so a malformed request never reaches the log.
 func checkStateless(cmd *pb.Command) error {
+	if len(cmd.RequestId) > maxRequestIDBytes {
+		return fmt.Errorf("request id of %d bytes exceeds %d", len(cmd.RequestId), maxRequestIDBytes)
+	}
 	switch op := cmd.Op.(type) {
 	case *pb.Command_InitCluster:
 		if err := checkClusterID(op.InitCluster.ClusterId); err != nil {

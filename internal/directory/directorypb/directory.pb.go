@@ -2810,11 +2810,70 @@ func (x *DeleteConfigRequest) GetExpectedVersion() uint64 {
 }
 
 // Command is one entry of the directory's log.
+// RequestRecord is what the directory remembers of a request that
+// succeeded, to answer its repeats.
+type RequestRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Result        *CommandResult         `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestRecord) Reset() {
+	*x = RequestRecord{}
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestRecord) ProtoMessage() {}
+
+func (x *RequestRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestRecord.ProtoReflect.Descriptor instead.
+func (*RequestRecord) Descriptor() ([]byte, []int) {
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RequestRecord) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *RequestRecord) GetResult() *CommandResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Chosen by the proposing leader; apply judges time (lease expiry) with
 	// it, never with its own clock. Apply never lets time go backwards.
 	NowUnixMs int64 `protobuf:"varint,1,opt,name=now_unix_ms,json=nowUnixMs,proto3" json:"now_unix_ms,omitempty"`
+	// Names one logical client request across its retries and duplicates
+	// (at most maxRequestIDBytes). A repeat of a request that succeeded within
+	// the last requestWindowEntries log entries gets the first result back and
+	// changes nothing.
+	RequestId []byte `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*Command_InitCluster
@@ -2845,7 +2904,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[39]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +2916,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[39]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +2929,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{39}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -2878,6 +2937,13 @@ func (x *Command) GetNowUnixMs() int64 {
 		return x.NowUnixMs
 	}
 	return 0
+}
+
+func (x *Command) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
 }
 
 func (x *Command) GetOp() isCommand_Op {
@@ -3216,7 +3282,7 @@ type TLTVersion struct {
 
 func (x *TLTVersion) Reset() {
 	*x = TLTVersion{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[40]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3294,7 @@ func (x *TLTVersion) String() string {
 func (*TLTVersion) ProtoMessage() {}
 
 func (x *TLTVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[40]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3307,7 @@ func (x *TLTVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLTVersion.ProtoReflect.Descriptor instead.
 func (*TLTVersion) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{40}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TLTVersion) GetVersion() uint64 {
@@ -3276,7 +3342,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[41]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3354,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[41]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3367,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{41}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CommandResult) GetCode() ErrorCode {
@@ -3493,7 +3559,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[42]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3505,7 +3571,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[42]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3584,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{42}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *NotLeader) GetLeaderId() uint64 {
@@ -3547,7 +3613,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[43]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3559,7 +3625,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[43]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3572,7 +3638,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{43}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RegisterResponse) GetNode() *Node {
@@ -3608,7 +3674,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[44]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3686,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[44]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3699,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{44}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *HeartbeatRequest) GetNodeId() uint64 {
@@ -3672,7 +3738,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[45]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +3750,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[45]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +3763,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{45}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HeartbeatResponse) GetAction() HeartbeatAction {
@@ -3753,7 +3819,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[46]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3765,7 +3831,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[46]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3778,7 +3844,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{46}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StatusRequest) GetLocal() bool {
@@ -3807,7 +3873,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[47]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3819,7 +3885,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[47]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3832,7 +3898,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{47}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StatusResponse) GetLeaderId() uint64 {
@@ -3906,7 +3972,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[48]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3918,7 +3984,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[48]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3931,7 +3997,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{48}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{49}
 }
 
 type ListNodesResponse struct {
@@ -3943,7 +4009,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[49]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3955,7 +4021,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[49]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3968,7 +4034,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{49}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -3987,7 +4053,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[50]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3999,7 +4065,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[50]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4012,7 +4078,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{50}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetNodeRequest) GetNodeId() uint64 {
@@ -4031,7 +4097,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[51]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4043,7 +4109,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[51]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4056,7 +4122,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{51}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetLeaseRequest) GetName() string {
@@ -4075,7 +4141,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[52]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4087,7 +4153,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[52]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4100,7 +4166,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{52}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetConfigRequest) GetKey() string {
@@ -4123,7 +4189,7 @@ type ListConfigRequest struct {
 
 func (x *ListConfigRequest) Reset() {
 	*x = ListConfigRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[53]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4135,7 +4201,7 @@ func (x *ListConfigRequest) String() string {
 func (*ListConfigRequest) ProtoMessage() {}
 
 func (x *ListConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[53]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4148,7 +4214,7 @@ func (x *ListConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigRequest.ProtoReflect.Descriptor instead.
 func (*ListConfigRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{53}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListConfigRequest) GetPrefix() string {
@@ -4183,7 +4249,7 @@ type ListConfigResponse struct {
 
 func (x *ListConfigResponse) Reset() {
 	*x = ListConfigResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[54]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4195,7 +4261,7 @@ func (x *ListConfigResponse) String() string {
 func (*ListConfigResponse) ProtoMessage() {}
 
 func (x *ListConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[54]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4208,7 +4274,7 @@ func (x *ListConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigResponse.ProtoReflect.Descriptor instead.
 func (*ListConfigResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{54}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListConfigResponse) GetEntries() []*ConfigEntry {
@@ -4235,7 +4301,7 @@ type DeleteConfigResponse struct {
 
 func (x *DeleteConfigResponse) Reset() {
 	*x = DeleteConfigResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[55]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4247,7 +4313,7 @@ func (x *DeleteConfigResponse) String() string {
 func (*DeleteConfigResponse) ProtoMessage() {}
 
 func (x *DeleteConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[55]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4260,7 +4326,7 @@ func (x *DeleteConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConfigResponse.ProtoReflect.Descriptor instead.
 func (*DeleteConfigResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{55}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeleteConfigResponse) GetVersion() uint64 {
@@ -4281,7 +4347,7 @@ type GetFileSystemRequest struct {
 
 func (x *GetFileSystemRequest) Reset() {
 	*x = GetFileSystemRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[56]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4293,7 +4359,7 @@ func (x *GetFileSystemRequest) String() string {
 func (*GetFileSystemRequest) ProtoMessage() {}
 
 func (x *GetFileSystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[56]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4306,7 +4372,7 @@ func (x *GetFileSystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileSystemRequest.ProtoReflect.Descriptor instead.
 func (*GetFileSystemRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{56}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetFileSystemRequest) GetNumber() uint64 {
@@ -4331,7 +4397,7 @@ type ListFileSystemsRequest struct {
 
 func (x *ListFileSystemsRequest) Reset() {
 	*x = ListFileSystemsRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[57]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4343,7 +4409,7 @@ func (x *ListFileSystemsRequest) String() string {
 func (*ListFileSystemsRequest) ProtoMessage() {}
 
 func (x *ListFileSystemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[57]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4356,7 +4422,7 @@ func (x *ListFileSystemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFileSystemsRequest.ProtoReflect.Descriptor instead.
 func (*ListFileSystemsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{57}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{58}
 }
 
 type ListFileSystemsResponse struct {
@@ -4368,7 +4434,7 @@ type ListFileSystemsResponse struct {
 
 func (x *ListFileSystemsResponse) Reset() {
 	*x = ListFileSystemsResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[58]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4380,7 +4446,7 @@ func (x *ListFileSystemsResponse) String() string {
 func (*ListFileSystemsResponse) ProtoMessage() {}
 
 func (x *ListFileSystemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[58]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4393,7 +4459,7 @@ func (x *ListFileSystemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFileSystemsResponse.ProtoReflect.Descriptor instead.
 func (*ListFileSystemsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{58}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListFileSystemsResponse) GetFileSystems() []*FileSystem {
@@ -4411,7 +4477,7 @@ type GetTLTRequest struct {
 
 func (x *GetTLTRequest) Reset() {
 	*x = GetTLTRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[59]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4423,7 +4489,7 @@ func (x *GetTLTRequest) String() string {
 func (*GetTLTRequest) ProtoMessage() {}
 
 func (x *GetTLTRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[59]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4436,7 +4502,7 @@ func (x *GetTLTRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTLTRequest.ProtoReflect.Descriptor instead.
 func (*GetTLTRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{59}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{60}
 }
 
 type GetExtentRequest struct {
@@ -4448,7 +4514,7 @@ type GetExtentRequest struct {
 
 func (x *GetExtentRequest) Reset() {
 	*x = GetExtentRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[60]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4460,7 +4526,7 @@ func (x *GetExtentRequest) String() string {
 func (*GetExtentRequest) ProtoMessage() {}
 
 func (x *GetExtentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[60]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4473,7 +4539,7 @@ func (x *GetExtentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtentRequest.ProtoReflect.Descriptor instead.
 func (*GetExtentRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{60}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetExtentRequest) GetExtentId() uint64 {
@@ -4493,7 +4559,7 @@ type ListExtentsRequest struct {
 
 func (x *ListExtentsRequest) Reset() {
 	*x = ListExtentsRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[61]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4505,7 +4571,7 @@ func (x *ListExtentsRequest) String() string {
 func (*ListExtentsRequest) ProtoMessage() {}
 
 func (x *ListExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[61]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4518,7 +4584,7 @@ func (x *ListExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExtentsRequest.ProtoReflect.Descriptor instead.
 func (*ListExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{61}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListExtentsRequest) GetStartAfter() uint64 {
@@ -4545,7 +4611,7 @@ type ListExtentsResponse struct {
 
 func (x *ListExtentsResponse) Reset() {
 	*x = ListExtentsResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[62]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4557,7 +4623,7 @@ func (x *ListExtentsResponse) String() string {
 func (*ListExtentsResponse) ProtoMessage() {}
 
 func (x *ListExtentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[62]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4570,7 +4636,7 @@ func (x *ListExtentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExtentsResponse.ProtoReflect.Descriptor instead.
 func (*ListExtentsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{62}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListExtentsResponse) GetExtents() []*Extent {
@@ -4597,7 +4663,7 @@ type GetDelegationMapRequest struct {
 
 func (x *GetDelegationMapRequest) Reset() {
 	*x = GetDelegationMapRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[63]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4609,7 +4675,7 @@ func (x *GetDelegationMapRequest) String() string {
 func (*GetDelegationMapRequest) ProtoMessage() {}
 
 func (x *GetDelegationMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[63]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4622,7 +4688,7 @@ func (x *GetDelegationMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDelegationMapRequest.ProtoReflect.Descriptor instead.
 func (*GetDelegationMapRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{63}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetDelegationMapRequest) GetFileSystem() uint64 {
@@ -4641,7 +4707,7 @@ type DeleteDelegationResponse struct {
 
 func (x *DeleteDelegationResponse) Reset() {
 	*x = DeleteDelegationResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[64]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4653,7 +4719,7 @@ func (x *DeleteDelegationResponse) String() string {
 func (*DeleteDelegationResponse) ProtoMessage() {}
 
 func (x *DeleteDelegationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[64]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4666,7 +4732,7 @@ func (x *DeleteDelegationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDelegationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDelegationResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{64}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeleteDelegationResponse) GetVersion() uint64 {
@@ -4684,7 +4750,7 @@ type GetMemberStatsRequest struct {
 
 func (x *GetMemberStatsRequest) Reset() {
 	*x = GetMemberStatsRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[65]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4696,7 +4762,7 @@ func (x *GetMemberStatsRequest) String() string {
 func (*GetMemberStatsRequest) ProtoMessage() {}
 
 func (x *GetMemberStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[65]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4709,7 +4775,7 @@ func (x *GetMemberStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemberStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetMemberStatsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{65}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{66}
 }
 
 type GetMemberStatsResponse struct {
@@ -4721,7 +4787,7 @@ type GetMemberStatsResponse struct {
 
 func (x *GetMemberStatsResponse) Reset() {
 	*x = GetMemberStatsResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[66]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4733,7 +4799,7 @@ func (x *GetMemberStatsResponse) String() string {
 func (*GetMemberStatsResponse) ProtoMessage() {}
 
 func (x *GetMemberStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[66]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4746,7 +4812,7 @@ func (x *GetMemberStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemberStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetMemberStatsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{66}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetMemberStatsResponse) GetStats() []*MemberStats {
@@ -4962,9 +5028,14 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x13DeleteConfigRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x10expected_version\x18\x02 \x01(\x04H\x00R\x0fexpectedVersion\x88\x01\x01B\x13\n" +
-	"\x11_expected_version\"\x83\x0e\n" +
+	"\x11_expected_version\"`\n" +
+	"\rRequestRecord\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x129\n" +
+	"\x06result\x18\x02 \x01(\v2!.arbor.directory.v1.CommandResultR\x06result\"\xa2\x0e\n" +
 	"\aCommand\x12\x1e\n" +
-	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x12K\n" +
+	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12K\n" +
 	"\finit_cluster\x18\n" +
 	" \x01(\v2&.arbor.directory.v1.InitClusterRequestH\x00R\vinitCluster\x12J\n" +
 	"\rregister_node\x18\v \x01(\v2#.arbor.directory.v1.RegisterRequestH\x00R\fregisterNode\x12H\n" +
@@ -5166,7 +5237,7 @@ func file_internal_directory_directorypb_directory_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_directory_directorypb_directory_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_internal_directory_directorypb_directory_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_internal_directory_directorypb_directory_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_internal_directory_directorypb_directory_proto_goTypes = []any{
 	(NodeState)(0),                      // 0: arbor.directory.v1.NodeState
 	(ErrorCode)(0),                      // 1: arbor.directory.v1.ErrorCode
@@ -5210,34 +5281,35 @@ var file_internal_directory_directorypb_directory_proto_goTypes = []any{
 	(*ReleaseLeaseRequest)(nil),         // 39: arbor.directory.v1.ReleaseLeaseRequest
 	(*PutConfigRequest)(nil),            // 40: arbor.directory.v1.PutConfigRequest
 	(*DeleteConfigRequest)(nil),         // 41: arbor.directory.v1.DeleteConfigRequest
-	(*Command)(nil),                     // 42: arbor.directory.v1.Command
-	(*TLTVersion)(nil),                  // 43: arbor.directory.v1.TLTVersion
-	(*CommandResult)(nil),               // 44: arbor.directory.v1.CommandResult
-	(*NotLeader)(nil),                   // 45: arbor.directory.v1.NotLeader
-	(*RegisterResponse)(nil),            // 46: arbor.directory.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),            // 47: arbor.directory.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 48: arbor.directory.v1.HeartbeatResponse
-	(*StatusRequest)(nil),               // 49: arbor.directory.v1.StatusRequest
-	(*StatusResponse)(nil),              // 50: arbor.directory.v1.StatusResponse
-	(*ListNodesRequest)(nil),            // 51: arbor.directory.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 52: arbor.directory.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),              // 53: arbor.directory.v1.GetNodeRequest
-	(*GetLeaseRequest)(nil),             // 54: arbor.directory.v1.GetLeaseRequest
-	(*GetConfigRequest)(nil),            // 55: arbor.directory.v1.GetConfigRequest
-	(*ListConfigRequest)(nil),           // 56: arbor.directory.v1.ListConfigRequest
-	(*ListConfigResponse)(nil),          // 57: arbor.directory.v1.ListConfigResponse
-	(*DeleteConfigResponse)(nil),        // 58: arbor.directory.v1.DeleteConfigResponse
-	(*GetFileSystemRequest)(nil),        // 59: arbor.directory.v1.GetFileSystemRequest
-	(*ListFileSystemsRequest)(nil),      // 60: arbor.directory.v1.ListFileSystemsRequest
-	(*ListFileSystemsResponse)(nil),     // 61: arbor.directory.v1.ListFileSystemsResponse
-	(*GetTLTRequest)(nil),               // 62: arbor.directory.v1.GetTLTRequest
-	(*GetExtentRequest)(nil),            // 63: arbor.directory.v1.GetExtentRequest
-	(*ListExtentsRequest)(nil),          // 64: arbor.directory.v1.ListExtentsRequest
-	(*ListExtentsResponse)(nil),         // 65: arbor.directory.v1.ListExtentsResponse
-	(*GetDelegationMapRequest)(nil),     // 66: arbor.directory.v1.GetDelegationMapRequest
-	(*DeleteDelegationResponse)(nil),    // 67: arbor.directory.v1.DeleteDelegationResponse
-	(*GetMemberStatsRequest)(nil),       // 68: arbor.directory.v1.GetMemberStatsRequest
-	(*GetMemberStatsResponse)(nil),      // 69: arbor.directory.v1.GetMemberStatsResponse
+	(*RequestRecord)(nil),               // 42: arbor.directory.v1.RequestRecord
+	(*Command)(nil),                     // 43: arbor.directory.v1.Command
+	(*TLTVersion)(nil),                  // 44: arbor.directory.v1.TLTVersion
+	(*CommandResult)(nil),               // 45: arbor.directory.v1.CommandResult
+	(*NotLeader)(nil),                   // 46: arbor.directory.v1.NotLeader
+	(*RegisterResponse)(nil),            // 47: arbor.directory.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),            // 48: arbor.directory.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 49: arbor.directory.v1.HeartbeatResponse
+	(*StatusRequest)(nil),               // 50: arbor.directory.v1.StatusRequest
+	(*StatusResponse)(nil),              // 51: arbor.directory.v1.StatusResponse
+	(*ListNodesRequest)(nil),            // 52: arbor.directory.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 53: arbor.directory.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),              // 54: arbor.directory.v1.GetNodeRequest
+	(*GetLeaseRequest)(nil),             // 55: arbor.directory.v1.GetLeaseRequest
+	(*GetConfigRequest)(nil),            // 56: arbor.directory.v1.GetConfigRequest
+	(*ListConfigRequest)(nil),           // 57: arbor.directory.v1.ListConfigRequest
+	(*ListConfigResponse)(nil),          // 58: arbor.directory.v1.ListConfigResponse
+	(*DeleteConfigResponse)(nil),        // 59: arbor.directory.v1.DeleteConfigResponse
+	(*GetFileSystemRequest)(nil),        // 60: arbor.directory.v1.GetFileSystemRequest
+	(*ListFileSystemsRequest)(nil),      // 61: arbor.directory.v1.ListFileSystemsRequest
+	(*ListFileSystemsResponse)(nil),     // 62: arbor.directory.v1.ListFileSystemsResponse
+	(*GetTLTRequest)(nil),               // 63: arbor.directory.v1.GetTLTRequest
+	(*GetExtentRequest)(nil),            // 64: arbor.directory.v1.GetExtentRequest
+	(*ListExtentsRequest)(nil),          // 65: arbor.directory.v1.ListExtentsRequest
+	(*ListExtentsResponse)(nil),         // 66: arbor.directory.v1.ListExtentsResponse
+	(*GetDelegationMapRequest)(nil),     // 67: arbor.directory.v1.GetDelegationMapRequest
+	(*DeleteDelegationResponse)(nil),    // 68: arbor.directory.v1.DeleteDelegationResponse
+	(*GetMemberStatsRequest)(nil),       // 69: arbor.directory.v1.GetMemberStatsRequest
+	(*GetMemberStatsResponse)(nil),      // 70: arbor.directory.v1.GetMemberStatsResponse
 }
 var file_internal_directory_directorypb_directory_proto_depIdxs = []int32{
 	4,  // 0: arbor.directory.v1.Node.disks:type_name -> arbor.directory.v1.Disk
@@ -5257,120 +5329,121 @@ var file_internal_directory_directorypb_directory_proto_depIdxs = []int32{
 	8,  // 14: arbor.directory.v1.RowUpdate.pending:type_name -> arbor.directory.v1.PendingEntry
 	26, // 15: arbor.directory.v1.UpdateTLTRowsRequest.updates:type_name -> arbor.directory.v1.RowUpdate
 	11, // 16: arbor.directory.v1.CreateExtentRequest.geometry:type_name -> arbor.directory.v1.ExtentGeometry
-	20, // 17: arbor.directory.v1.Command.init_cluster:type_name -> arbor.directory.v1.InitClusterRequest
-	21, // 18: arbor.directory.v1.Command.register_node:type_name -> arbor.directory.v1.RegisterRequest
-	22, // 19: arbor.directory.v1.Command.set_node_state:type_name -> arbor.directory.v1.SetNodeState
-	23, // 20: arbor.directory.v1.Command.decommission_node:type_name -> arbor.directory.v1.DecommissionRequest
-	24, // 21: arbor.directory.v1.Command.update_member_stats:type_name -> arbor.directory.v1.UpdateMemberStats
-	25, // 22: arbor.directory.v1.Command.install_tlt:type_name -> arbor.directory.v1.InstallTLTRequest
-	27, // 23: arbor.directory.v1.Command.update_tlt_rows:type_name -> arbor.directory.v1.UpdateTLTRowsRequest
-	28, // 24: arbor.directory.v1.Command.create_extent:type_name -> arbor.directory.v1.CreateExtentRequest
-	29, // 25: arbor.directory.v1.Command.change_extent_replicas:type_name -> arbor.directory.v1.ChangeExtentReplicasRequest
-	30, // 26: arbor.directory.v1.Command.set_delegation:type_name -> arbor.directory.v1.SetDelegationRequest
-	31, // 27: arbor.directory.v1.Command.renew_delegation:type_name -> arbor.directory.v1.RenewDelegationRequest
-	32, // 28: arbor.directory.v1.Command.delete_delegation:type_name -> arbor.directory.v1.DeleteDelegationRequest
-	33, // 29: arbor.directory.v1.Command.create_file_system:type_name -> arbor.directory.v1.CreateFileSystemRequest
-	34, // 30: arbor.directory.v1.Command.delete_file_system:type_name -> arbor.directory.v1.DeleteFileSystemRequest
-	35, // 31: arbor.directory.v1.Command.create_snapshot:type_name -> arbor.directory.v1.CreateSnapshotRequest
-	36, // 32: arbor.directory.v1.Command.delete_snapshot:type_name -> arbor.directory.v1.DeleteSnapshotRequest
-	37, // 33: arbor.directory.v1.Command.grant_lease:type_name -> arbor.directory.v1.GrantLeaseRequest
-	38, // 34: arbor.directory.v1.Command.renew_lease:type_name -> arbor.directory.v1.RenewLeaseRequest
-	39, // 35: arbor.directory.v1.Command.release_lease:type_name -> arbor.directory.v1.ReleaseLeaseRequest
-	40, // 36: arbor.directory.v1.Command.put_config:type_name -> arbor.directory.v1.PutConfigRequest
-	41, // 37: arbor.directory.v1.Command.delete_config:type_name -> arbor.directory.v1.DeleteConfigRequest
-	1,  // 38: arbor.directory.v1.CommandResult.code:type_name -> arbor.directory.v1.ErrorCode
-	3,  // 39: arbor.directory.v1.CommandResult.cluster:type_name -> arbor.directory.v1.ClusterInfo
-	5,  // 40: arbor.directory.v1.CommandResult.node:type_name -> arbor.directory.v1.Node
-	43, // 41: arbor.directory.v1.CommandResult.tlt:type_name -> arbor.directory.v1.TLTVersion
-	12, // 42: arbor.directory.v1.CommandResult.extent:type_name -> arbor.directory.v1.Extent
-	13, // 43: arbor.directory.v1.CommandResult.delegation:type_name -> arbor.directory.v1.Delegation
-	16, // 44: arbor.directory.v1.CommandResult.file_system:type_name -> arbor.directory.v1.FileSystem
-	15, // 45: arbor.directory.v1.CommandResult.snapshot:type_name -> arbor.directory.v1.Snapshot
-	17, // 46: arbor.directory.v1.CommandResult.lease:type_name -> arbor.directory.v1.Lease
-	18, // 47: arbor.directory.v1.CommandResult.config_entry:type_name -> arbor.directory.v1.ConfigEntry
-	5,  // 48: arbor.directory.v1.RegisterResponse.node:type_name -> arbor.directory.v1.Node
-	3,  // 49: arbor.directory.v1.RegisterResponse.cluster:type_name -> arbor.directory.v1.ClusterInfo
-	6,  // 50: arbor.directory.v1.HeartbeatRequest.stats:type_name -> arbor.directory.v1.MemberStats
-	2,  // 51: arbor.directory.v1.HeartbeatResponse.action:type_name -> arbor.directory.v1.HeartbeatAction
-	0,  // 52: arbor.directory.v1.HeartbeatResponse.state:type_name -> arbor.directory.v1.NodeState
-	5,  // 53: arbor.directory.v1.StatusResponse.nodes:type_name -> arbor.directory.v1.Node
-	3,  // 54: arbor.directory.v1.StatusResponse.cluster:type_name -> arbor.directory.v1.ClusterInfo
-	5,  // 55: arbor.directory.v1.ListNodesResponse.nodes:type_name -> arbor.directory.v1.Node
-	18, // 56: arbor.directory.v1.ListConfigResponse.entries:type_name -> arbor.directory.v1.ConfigEntry
-	16, // 57: arbor.directory.v1.ListFileSystemsResponse.file_systems:type_name -> arbor.directory.v1.FileSystem
-	12, // 58: arbor.directory.v1.ListExtentsResponse.extents:type_name -> arbor.directory.v1.Extent
-	6,  // 59: arbor.directory.v1.GetMemberStatsResponse.stats:type_name -> arbor.directory.v1.MemberStats
-	20, // 60: arbor.directory.v1.Directory.InitCluster:input_type -> arbor.directory.v1.InitClusterRequest
-	49, // 61: arbor.directory.v1.Directory.Status:input_type -> arbor.directory.v1.StatusRequest
-	21, // 62: arbor.directory.v1.Directory.Register:input_type -> arbor.directory.v1.RegisterRequest
-	47, // 63: arbor.directory.v1.Directory.Heartbeat:input_type -> arbor.directory.v1.HeartbeatRequest
-	51, // 64: arbor.directory.v1.Directory.ListNodes:input_type -> arbor.directory.v1.ListNodesRequest
-	53, // 65: arbor.directory.v1.Directory.GetNode:input_type -> arbor.directory.v1.GetNodeRequest
-	23, // 66: arbor.directory.v1.Directory.Decommission:input_type -> arbor.directory.v1.DecommissionRequest
-	68, // 67: arbor.directory.v1.Directory.GetMemberStats:input_type -> arbor.directory.v1.GetMemberStatsRequest
-	37, // 68: arbor.directory.v1.Directory.GrantLease:input_type -> arbor.directory.v1.GrantLeaseRequest
-	38, // 69: arbor.directory.v1.Directory.RenewLease:input_type -> arbor.directory.v1.RenewLeaseRequest
-	39, // 70: arbor.directory.v1.Directory.ReleaseLease:input_type -> arbor.directory.v1.ReleaseLeaseRequest
-	54, // 71: arbor.directory.v1.Directory.GetLease:input_type -> arbor.directory.v1.GetLeaseRequest
-	55, // 72: arbor.directory.v1.Directory.GetConfig:input_type -> arbor.directory.v1.GetConfigRequest
-	56, // 73: arbor.directory.v1.Directory.ListConfig:input_type -> arbor.directory.v1.ListConfigRequest
-	40, // 74: arbor.directory.v1.Directory.PutConfig:input_type -> arbor.directory.v1.PutConfigRequest
-	41, // 75: arbor.directory.v1.Directory.DeleteConfig:input_type -> arbor.directory.v1.DeleteConfigRequest
-	33, // 76: arbor.directory.v1.Directory.CreateFileSystem:input_type -> arbor.directory.v1.CreateFileSystemRequest
-	34, // 77: arbor.directory.v1.Directory.DeleteFileSystem:input_type -> arbor.directory.v1.DeleteFileSystemRequest
-	59, // 78: arbor.directory.v1.Directory.GetFileSystem:input_type -> arbor.directory.v1.GetFileSystemRequest
-	60, // 79: arbor.directory.v1.Directory.ListFileSystems:input_type -> arbor.directory.v1.ListFileSystemsRequest
-	35, // 80: arbor.directory.v1.Directory.CreateSnapshot:input_type -> arbor.directory.v1.CreateSnapshotRequest
-	36, // 81: arbor.directory.v1.Directory.DeleteSnapshot:input_type -> arbor.directory.v1.DeleteSnapshotRequest
-	62, // 82: arbor.directory.v1.Directory.GetTLT:input_type -> arbor.directory.v1.GetTLTRequest
-	25, // 83: arbor.directory.v1.Directory.InstallTLT:input_type -> arbor.directory.v1.InstallTLTRequest
-	27, // 84: arbor.directory.v1.Directory.UpdateTLTRows:input_type -> arbor.directory.v1.UpdateTLTRowsRequest
-	28, // 85: arbor.directory.v1.Directory.CreateExtent:input_type -> arbor.directory.v1.CreateExtentRequest
-	63, // 86: arbor.directory.v1.Directory.GetExtent:input_type -> arbor.directory.v1.GetExtentRequest
-	64, // 87: arbor.directory.v1.Directory.ListExtents:input_type -> arbor.directory.v1.ListExtentsRequest
-	29, // 88: arbor.directory.v1.Directory.ChangeExtentReplicas:input_type -> arbor.directory.v1.ChangeExtentReplicasRequest
-	66, // 89: arbor.directory.v1.Directory.GetDelegationMap:input_type -> arbor.directory.v1.GetDelegationMapRequest
-	30, // 90: arbor.directory.v1.Directory.SetDelegation:input_type -> arbor.directory.v1.SetDelegationRequest
-	31, // 91: arbor.directory.v1.Directory.RenewDelegation:input_type -> arbor.directory.v1.RenewDelegationRequest
-	32, // 92: arbor.directory.v1.Directory.DeleteDelegation:input_type -> arbor.directory.v1.DeleteDelegationRequest
-	3,  // 93: arbor.directory.v1.Directory.InitCluster:output_type -> arbor.directory.v1.ClusterInfo
-	50, // 94: arbor.directory.v1.Directory.Status:output_type -> arbor.directory.v1.StatusResponse
-	46, // 95: arbor.directory.v1.Directory.Register:output_type -> arbor.directory.v1.RegisterResponse
-	48, // 96: arbor.directory.v1.Directory.Heartbeat:output_type -> arbor.directory.v1.HeartbeatResponse
-	52, // 97: arbor.directory.v1.Directory.ListNodes:output_type -> arbor.directory.v1.ListNodesResponse
-	5,  // 98: arbor.directory.v1.Directory.GetNode:output_type -> arbor.directory.v1.Node
-	5,  // 99: arbor.directory.v1.Directory.Decommission:output_type -> arbor.directory.v1.Node
-	69, // 100: arbor.directory.v1.Directory.GetMemberStats:output_type -> arbor.directory.v1.GetMemberStatsResponse
-	17, // 101: arbor.directory.v1.Directory.GrantLease:output_type -> arbor.directory.v1.Lease
-	17, // 102: arbor.directory.v1.Directory.RenewLease:output_type -> arbor.directory.v1.Lease
-	17, // 103: arbor.directory.v1.Directory.ReleaseLease:output_type -> arbor.directory.v1.Lease
-	17, // 104: arbor.directory.v1.Directory.GetLease:output_type -> arbor.directory.v1.Lease
-	18, // 105: arbor.directory.v1.Directory.GetConfig:output_type -> arbor.directory.v1.ConfigEntry
-	57, // 106: arbor.directory.v1.Directory.ListConfig:output_type -> arbor.directory.v1.ListConfigResponse
-	18, // 107: arbor.directory.v1.Directory.PutConfig:output_type -> arbor.directory.v1.ConfigEntry
-	58, // 108: arbor.directory.v1.Directory.DeleteConfig:output_type -> arbor.directory.v1.DeleteConfigResponse
-	16, // 109: arbor.directory.v1.Directory.CreateFileSystem:output_type -> arbor.directory.v1.FileSystem
-	16, // 110: arbor.directory.v1.Directory.DeleteFileSystem:output_type -> arbor.directory.v1.FileSystem
-	16, // 111: arbor.directory.v1.Directory.GetFileSystem:output_type -> arbor.directory.v1.FileSystem
-	61, // 112: arbor.directory.v1.Directory.ListFileSystems:output_type -> arbor.directory.v1.ListFileSystemsResponse
-	15, // 113: arbor.directory.v1.Directory.CreateSnapshot:output_type -> arbor.directory.v1.Snapshot
-	16, // 114: arbor.directory.v1.Directory.DeleteSnapshot:output_type -> arbor.directory.v1.FileSystem
-	10, // 115: arbor.directory.v1.Directory.GetTLT:output_type -> arbor.directory.v1.TLT
-	43, // 116: arbor.directory.v1.Directory.InstallTLT:output_type -> arbor.directory.v1.TLTVersion
-	43, // 117: arbor.directory.v1.Directory.UpdateTLTRows:output_type -> arbor.directory.v1.TLTVersion
-	12, // 118: arbor.directory.v1.Directory.CreateExtent:output_type -> arbor.directory.v1.Extent
-	12, // 119: arbor.directory.v1.Directory.GetExtent:output_type -> arbor.directory.v1.Extent
-	65, // 120: arbor.directory.v1.Directory.ListExtents:output_type -> arbor.directory.v1.ListExtentsResponse
-	12, // 121: arbor.directory.v1.Directory.ChangeExtentReplicas:output_type -> arbor.directory.v1.Extent
-	14, // 122: arbor.directory.v1.Directory.GetDelegationMap:output_type -> arbor.directory.v1.DelegationMap
-	13, // 123: arbor.directory.v1.Directory.SetDelegation:output_type -> arbor.directory.v1.Delegation
-	13, // 124: arbor.directory.v1.Directory.RenewDelegation:output_type -> arbor.directory.v1.Delegation
-	67, // 125: arbor.directory.v1.Directory.DeleteDelegation:output_type -> arbor.directory.v1.DeleteDelegationResponse
-	93, // [93:126] is the sub-list for method output_type
-	60, // [60:93] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	45, // 17: arbor.directory.v1.RequestRecord.result:type_name -> arbor.directory.v1.CommandResult
+	20, // 18: arbor.directory.v1.Command.init_cluster:type_name -> arbor.directory.v1.InitClusterRequest
+	21, // 19: arbor.directory.v1.Command.register_node:type_name -> arbor.directory.v1.RegisterRequest
+	22, // 20: arbor.directory.v1.Command.set_node_state:type_name -> arbor.directory.v1.SetNodeState
+	23, // 21: arbor.directory.v1.Command.decommission_node:type_name -> arbor.directory.v1.DecommissionRequest
+	24, // 22: arbor.directory.v1.Command.update_member_stats:type_name -> arbor.directory.v1.UpdateMemberStats
+	25, // 23: arbor.directory.v1.Command.install_tlt:type_name -> arbor.directory.v1.InstallTLTRequest
+	27, // 24: arbor.directory.v1.Command.update_tlt_rows:type_name -> arbor.directory.v1.UpdateTLTRowsRequest
+	28, // 25: arbor.directory.v1.Command.create_extent:type_name -> arbor.directory.v1.CreateExtentRequest
+	29, // 26: arbor.directory.v1.Command.change_extent_replicas:type_name -> arbor.directory.v1.ChangeExtentReplicasRequest
+	30, // 27: arbor.directory.v1.Command.set_delegation:type_name -> arbor.directory.v1.SetDelegationRequest
+	31, // 28: arbor.directory.v1.Command.renew_delegation:type_name -> arbor.directory.v1.RenewDelegationRequest
+	32, // 29: arbor.directory.v1.Command.delete_delegation:type_name -> arbor.directory.v1.DeleteDelegationRequest
+	33, // 30: arbor.directory.v1.Command.create_file_system:type_name -> arbor.directory.v1.CreateFileSystemRequest
+	34, // 31: arbor.directory.v1.Command.delete_file_system:type_name -> arbor.directory.v1.DeleteFileSystemRequest
+	35, // 32: arbor.directory.v1.Command.create_snapshot:type_name -> arbor.directory.v1.CreateSnapshotRequest
+	36, // 33: arbor.directory.v1.Command.delete_snapshot:type_name -> arbor.directory.v1.DeleteSnapshotRequest
+	37, // 34: arbor.directory.v1.Command.grant_lease:type_name -> arbor.directory.v1.GrantLeaseRequest
+	38, // 35: arbor.directory.v1.Command.renew_lease:type_name -> arbor.directory.v1.RenewLeaseRequest
+	39, // 36: arbor.directory.v1.Command.release_lease:type_name -> arbor.directory.v1.ReleaseLeaseRequest
+	40, // 37: arbor.directory.v1.Command.put_config:type_name -> arbor.directory.v1.PutConfigRequest
+	41, // 38: arbor.directory.v1.Command.delete_config:type_name -> arbor.directory.v1.DeleteConfigRequest
+	1,  // 39: arbor.directory.v1.CommandResult.code:type_name -> arbor.directory.v1.ErrorCode
+	3,  // 40: arbor.directory.v1.CommandResult.cluster:type_name -> arbor.directory.v1.ClusterInfo
+	5,  // 41: arbor.directory.v1.CommandResult.node:type_name -> arbor.directory.v1.Node
+	44, // 42: arbor.directory.v1.CommandResult.tlt:type_name -> arbor.directory.v1.TLTVersion
+	12, // 43: arbor.directory.v1.CommandResult.extent:type_name -> arbor.directory.v1.Extent
+	13, // 44: arbor.directory.v1.CommandResult.delegation:type_name -> arbor.directory.v1.Delegation
+	16, // 45: arbor.directory.v1.CommandResult.file_system:type_name -> arbor.directory.v1.FileSystem
+	15, // 46: arbor.directory.v1.CommandResult.snapshot:type_name -> arbor.directory.v1.Snapshot
+	17, // 47: arbor.directory.v1.CommandResult.lease:type_name -> arbor.directory.v1.Lease
+	18, // 48: arbor.directory.v1.CommandResult.config_entry:type_name -> arbor.directory.v1.ConfigEntry
+	5,  // 49: arbor.directory.v1.RegisterResponse.node:type_name -> arbor.directory.v1.Node
+	3,  // 50: arbor.directory.v1.RegisterResponse.cluster:type_name -> arbor.directory.v1.ClusterInfo
+	6,  // 51: arbor.directory.v1.HeartbeatRequest.stats:type_name -> arbor.directory.v1.MemberStats
+	2,  // 52: arbor.directory.v1.HeartbeatResponse.action:type_name -> arbor.directory.v1.HeartbeatAction
+	0,  // 53: arbor.directory.v1.HeartbeatResponse.state:type_name -> arbor.directory.v1.NodeState
+	5,  // 54: arbor.directory.v1.StatusResponse.nodes:type_name -> arbor.directory.v1.Node
+	3,  // 55: arbor.directory.v1.StatusResponse.cluster:type_name -> arbor.directory.v1.ClusterInfo
+	5,  // 56: arbor.directory.v1.ListNodesResponse.nodes:type_name -> arbor.directory.v1.Node
+	18, // 57: arbor.directory.v1.ListConfigResponse.entries:type_name -> arbor.directory.v1.ConfigEntry
+	16, // 58: arbor.directory.v1.ListFileSystemsResponse.file_systems:type_name -> arbor.directory.v1.FileSystem
+	12, // 59: arbor.directory.v1.ListExtentsResponse.extents:type_name -> arbor.directory.v1.Extent
+	6,  // 60: arbor.directory.v1.GetMemberStatsResponse.stats:type_name -> arbor.directory.v1.MemberStats
+	20, // 61: arbor.directory.v1.Directory.InitCluster:input_type -> arbor.directory.v1.InitClusterRequest
+	50, // 62: arbor.directory.v1.Directory.Status:input_type -> arbor.directory.v1.StatusRequest
+	21, // 63: arbor.directory.v1.Directory.Register:input_type -> arbor.directory.v1.RegisterRequest
+	48, // 64: arbor.directory.v1.Directory.Heartbeat:input_type -> arbor.directory.v1.HeartbeatRequest
+	52, // 65: arbor.directory.v1.Directory.ListNodes:input_type -> arbor.directory.v1.ListNodesRequest
+	54, // 66: arbor.directory.v1.Directory.GetNode:input_type -> arbor.directory.v1.GetNodeRequest
+	23, // 67: arbor.directory.v1.Directory.Decommission:input_type -> arbor.directory.v1.DecommissionRequest
+	69, // 68: arbor.directory.v1.Directory.GetMemberStats:input_type -> arbor.directory.v1.GetMemberStatsRequest
+	37, // 69: arbor.directory.v1.Directory.GrantLease:input_type -> arbor.directory.v1.GrantLeaseRequest
+	38, // 70: arbor.directory.v1.Directory.RenewLease:input_type -> arbor.directory.v1.RenewLeaseRequest
+	39, // 71: arbor.directory.v1.Directory.ReleaseLease:input_type -> arbor.directory.v1.ReleaseLeaseRequest
+	55, // 72: arbor.directory.v1.Directory.GetLease:input_type -> arbor.directory.v1.GetLeaseRequest
+	56, // 73: arbor.directory.v1.Directory.GetConfig:input_type -> arbor.directory.v1.GetConfigRequest
+	57, // 74: arbor.directory.v1.Directory.ListConfig:input_type -> arbor.directory.v1.ListConfigRequest
+	40, // 75: arbor.directory.v1.Directory.PutConfig:input_type -> arbor.directory.v1.PutConfigRequest
+	41, // 76: arbor.directory.v1.Directory.DeleteConfig:input_type -> arbor.directory.v1.DeleteConfigRequest
+	33, // 77: arbor.directory.v1.Directory.CreateFileSystem:input_type -> arbor.directory.v1.CreateFileSystemRequest
+	34, // 78: arbor.directory.v1.Directory.DeleteFileSystem:input_type -> arbor.directory.v1.DeleteFileSystemRequest
+	60, // 79: arbor.directory.v1.Directory.GetFileSystem:input_type -> arbor.directory.v1.GetFileSystemRequest
+	61, // 80: arbor.directory.v1.Directory.ListFileSystems:input_type -> arbor.directory.v1.ListFileSystemsRequest
+	35, // 81: arbor.directory.v1.Directory.CreateSnapshot:input_type -> arbor.directory.v1.CreateSnapshotRequest
+	36, // 82: arbor.directory.v1.Directory.DeleteSnapshot:input_type -> arbor.directory.v1.DeleteSnapshotRequest
+	63, // 83: arbor.directory.v1.Directory.GetTLT:input_type -> arbor.directory.v1.GetTLTRequest
+	25, // 84: arbor.directory.v1.Directory.InstallTLT:input_type -> arbor.directory.v1.InstallTLTRequest
+	27, // 85: arbor.directory.v1.Directory.UpdateTLTRows:input_type -> arbor.directory.v1.UpdateTLTRowsRequest
+	28, // 86: arbor.directory.v1.Directory.CreateExtent:input_type -> arbor.directory.v1.CreateExtentRequest
+	64, // 87: arbor.directory.v1.Directory.GetExtent:input_type -> arbor.directory.v1.GetExtentRequest
+	65, // 88: arbor.directory.v1.Directory.ListExtents:input_type -> arbor.directory.v1.ListExtentsRequest
+	29, // 89: arbor.directory.v1.Directory.ChangeExtentReplicas:input_type -> arbor.directory.v1.ChangeExtentReplicasRequest
+	67, // 90: arbor.directory.v1.Directory.GetDelegationMap:input_type -> arbor.directory.v1.GetDelegationMapRequest
+	30, // 91: arbor.directory.v1.Directory.SetDelegation:input_type -> arbor.directory.v1.SetDelegationRequest
+	31, // 92: arbor.directory.v1.Directory.RenewDelegation:input_type -> arbor.directory.v1.RenewDelegationRequest
+	32, // 93: arbor.directory.v1.Directory.DeleteDelegation:input_type -> arbor.directory.v1.DeleteDelegationRequest
+	3,  // 94: arbor.directory.v1.Directory.InitCluster:output_type -> arbor.directory.v1.ClusterInfo
+	51, // 95: arbor.directory.v1.Directory.Status:output_type -> arbor.directory.v1.StatusResponse
+	47, // 96: arbor.directory.v1.Directory.Register:output_type -> arbor.directory.v1.RegisterResponse
+	49, // 97: arbor.directory.v1.Directory.Heartbeat:output_type -> arbor.directory.v1.HeartbeatResponse
+	53, // 98: arbor.directory.v1.Directory.ListNodes:output_type -> arbor.directory.v1.ListNodesResponse
+	5,  // 99: arbor.directory.v1.Directory.GetNode:output_type -> arbor.directory.v1.Node
+	5,  // 100: arbor.directory.v1.Directory.Decommission:output_type -> arbor.directory.v1.Node
+	70, // 101: arbor.directory.v1.Directory.GetMemberStats:output_type -> arbor.directory.v1.GetMemberStatsResponse
+	17, // 102: arbor.directory.v1.Directory.GrantLease:output_type -> arbor.directory.v1.Lease
+	17, // 103: arbor.directory.v1.Directory.RenewLease:output_type -> arbor.directory.v1.Lease
+	17, // 104: arbor.directory.v1.Directory.ReleaseLease:output_type -> arbor.directory.v1.Lease
+	17, // 105: arbor.directory.v1.Directory.GetLease:output_type -> arbor.directory.v1.Lease
+	18, // 106: arbor.directory.v1.Directory.GetConfig:output_type -> arbor.directory.v1.ConfigEntry
+	58, // 107: arbor.directory.v1.Directory.ListConfig:output_type -> arbor.directory.v1.ListConfigResponse
+	18, // 108: arbor.directory.v1.Directory.PutConfig:output_type -> arbor.directory.v1.ConfigEntry
+	59, // 109: arbor.directory.v1.Directory.DeleteConfig:output_type -> arbor.directory.v1.DeleteConfigResponse
+	16, // 110: arbor.directory.v1.Directory.CreateFileSystem:output_type -> arbor.directory.v1.FileSystem
+	16, // 111: arbor.directory.v1.Directory.DeleteFileSystem:output_type -> arbor.directory.v1.FileSystem
+	16, // 112: arbor.directory.v1.Directory.GetFileSystem:output_type -> arbor.directory.v1.FileSystem
+	62, // 113: arbor.directory.v1.Directory.ListFileSystems:output_type -> arbor.directory.v1.ListFileSystemsResponse
+	15, // 114: arbor.directory.v1.Directory.CreateSnapshot:output_type -> arbor.directory.v1.Snapshot
+	16, // 115: arbor.directory.v1.Directory.DeleteSnapshot:output_type -> arbor.directory.v1.FileSystem
+	10, // 116: arbor.directory.v1.Directory.GetTLT:output_type -> arbor.directory.v1.TLT
+	44, // 117: arbor.directory.v1.Directory.InstallTLT:output_type -> arbor.directory.v1.TLTVersion
+	44, // 118: arbor.directory.v1.Directory.UpdateTLTRows:output_type -> arbor.directory.v1.TLTVersion
+	12, // 119: arbor.directory.v1.Directory.CreateExtent:output_type -> arbor.directory.v1.Extent
+	12, // 120: arbor.directory.v1.Directory.GetExtent:output_type -> arbor.directory.v1.Extent
+	66, // 121: arbor.directory.v1.Directory.ListExtents:output_type -> arbor.directory.v1.ListExtentsResponse
+	12, // 122: arbor.directory.v1.Directory.ChangeExtentReplicas:output_type -> arbor.directory.v1.Extent
+	14, // 123: arbor.directory.v1.Directory.GetDelegationMap:output_type -> arbor.directory.v1.DelegationMap
+	13, // 124: arbor.directory.v1.Directory.SetDelegation:output_type -> arbor.directory.v1.Delegation
+	13, // 125: arbor.directory.v1.Directory.RenewDelegation:output_type -> arbor.directory.v1.Delegation
+	68, // 126: arbor.directory.v1.Directory.DeleteDelegation:output_type -> arbor.directory.v1.DeleteDelegationResponse
+	94, // [94:127] is the sub-list for method output_type
+	61, // [61:94] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_internal_directory_directorypb_directory_proto_init() }
@@ -5380,7 +5453,7 @@ func file_internal_directory_directorypb_directory_proto_init() {
 	}
 	file_internal_directory_directorypb_directory_proto_msgTypes[37].OneofWrappers = []any{}
 	file_internal_directory_directorypb_directory_proto_msgTypes[38].OneofWrappers = []any{}
-	file_internal_directory_directorypb_directory_proto_msgTypes[39].OneofWrappers = []any{
+	file_internal_directory_directorypb_directory_proto_msgTypes[40].OneofWrappers = []any{
 		(*Command_InitCluster)(nil),
 		(*Command_RegisterNode)(nil),
 		(*Command_SetNodeState)(nil),
@@ -5403,7 +5476,7 @@ func file_internal_directory_directorypb_directory_proto_init() {
 		(*Command_PutConfig)(nil),
 		(*Command_DeleteConfig)(nil),
 	}
-	file_internal_directory_directorypb_directory_proto_msgTypes[41].OneofWrappers = []any{
+	file_internal_directory_directorypb_directory_proto_msgTypes[42].OneofWrappers = []any{
 		(*CommandResult_Cluster)(nil),
 		(*CommandResult_Node)(nil),
 		(*CommandResult_Tlt)(nil),
@@ -5421,7 +5494,7 @@ func file_internal_directory_directorypb_directory_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_directory_directorypb_directory_proto_rawDesc), len(file_internal_directory_directorypb_directory_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   67,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
