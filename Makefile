@@ -15,7 +15,7 @@ LDFLAGS := -X github.com/arbor-storage/arbor/internal/buildinfo.version=$(VERSIO
 DEV_DIR ?= /tmp/arbor
 DEV_FLAGS ?=
 
-.PHONY: all build deps dev proto lint test test-short fuzz bench soak clean
+.PHONY: bench all build deps dev proto lint test test-short fuzz bench soak clean
 
 all: build
 
@@ -52,3 +52,9 @@ test-short: build
 
 clean:
 	rm -rf bin
+
+# Benchmarks (bench/): each measures a reference in the same run and
+# reports the ratio. BENCH narrows the set (a -bench regexp).
+BENCH ?= .
+bench:
+	$(GO) test ./bench/ -run '^$$' -bench '$(BENCH)' -benchtime 3s -count 1 -timeout 60m

@@ -24,7 +24,7 @@ const (
 	DefaultTickInterval   = 100 * time.Millisecond
 	DefaultElectionTicks  = 10
 	DefaultHeartbeatTicks = 2
-	DefaultWorkers        = 16
+	DefaultWorkers        = 64
 	// DefaultMaxCommandBytes bounds one proposed command.
 	DefaultMaxCommandBytes = 8 << 20
 	// DefaultMaxMessageBytes bounds the entries in one append message.
