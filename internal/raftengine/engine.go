@@ -251,6 +251,10 @@ func (e *Engine) openGroup(desc GroupDescriptor) (*group, error) {
 		CheckQuorum:               true,
 		PreVote:                   true,
 		StepDownOnRemoval:         true,
+		// Only leaders take proposals (invariant 5). A follower must refuse
+		// one rather than forward it: a forwarded proposal may commit while
+		// this replica reports it dropped.
+		DisableProposalForwarding: true,
 		Logger:                    raftLogger{e.log.With("group", desc.GroupID)},
 	})
 	if err != nil {

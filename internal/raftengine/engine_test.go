@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestProposeReplicatesToAllReplicas(t *testing.T) {
@@ -346,4 +349,32 @@ func TestQuiescedFollowersElectNewLeaderWhenLeaderDies(t *testing.T) {
 		lead = c.leader(1)
 	}
 	c.propose(1, setCmd("k2", "v2"))
+}
+
+// TestDemotedLeaderRefusesProposalOfTheSameRound: a leader that steps down
+// on a message processed in the same round as a proposal must refuse the
+// proposal (NotLeaderError), not hand it to raft, which would forward it to
+// the new leader where it could commit while this replica reported it
+// dropped.
+func TestDemotedLeaderRefusesProposalOfTheSameRound(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.createGroup(1, 1, 2, 3)
+	lead := c.leader(1)
+	other := lead%3 + 1
+	g := c.engines[lead].group(1)
+	st, _ := c.engines[lead].Status(1)
+	p := &proposal{id: c.engines[lead].nextID.Add(1), cmd: setCmd("x", "y"), done: make(chan proposalResult, 1)}
+	higher := &raftpb.Message{
+		Type: raftpb.MessageType_MsgHeartbeat.Enum(),
+		From: proto.Uint64(other), To: proto.Uint64(lead),
+		Term: proto.Uint64(st.Term + 1), Commit: proto.Uint64(0),
+	}
+	g.enqueue(func(in *inbox) {
+		in.msgs = append(in.msgs, Envelope{GroupID: 1, Message: higher})
+		in.proposals = append(in.proposals, p)
+	})
+	r := <-p.done
+	if _, ok := IsNotLeader(r.err); !ok {
+		t.Fatalf("proposal to a leader demoted in the same round: got (%v, %v), want NotLeaderError", r.result, r.err)
+	}
 }

@@ -236,8 +236,8 @@ func (g *group) processInbox(in inbox) error {
 		g.propose(p)
 	}
 	for _, r := range in.reads {
-		if !g.isLeader() {
-			r.done <- &NotLeaderError{GroupID: g.id, Leader: g.leader}
+		if !g.raftIsLeader() {
+			r.done <- &NotLeaderError{GroupID: g.id, Leader: g.rn.BasicStatus().Lead}
 			continue
 		}
 		g.rn.ReadIndex(r.ctx)
@@ -271,9 +271,14 @@ func (g *group) step(env Envelope) {
 
 func (g *group) isLeader() bool { return g.leader == g.e.cfg.NodeID }
 
+// raftIsLeader asks raft itself. g.leader lags raft by up to one step: a
+// message stepped in this round may have just demoted the replica, and its
+// new soft state only reaches g.leader with the next Ready.
+func (g *group) raftIsLeader() bool { return g.rn.BasicStatus().RaftState == raft.StateLeader }
+
 func (g *group) propose(p *proposal) {
-	if !g.isLeader() {
-		p.finish(nil, &NotLeaderError{GroupID: g.id, Leader: g.leader})
+	if !g.raftIsLeader() {
+		p.finish(nil, &NotLeaderError{GroupID: g.id, Leader: g.rn.BasicStatus().Lead})
 		return
 	}
 	var err error

@@ -30,6 +30,11 @@ type StateMachine interface {
 
 	// Load (re)builds any in-memory state from r. It is called once when the
 	// replica opens and again after a snapshot has replaced the key space.
+	//
+	// r reads the live key space and stays valid for the replica's life, so
+	// a state machine may keep it to serve reads outside Apply (after
+	// ReadIndex, for linearizable ones). Such reads see whole apply batches
+	// and whole snapshot installs, never part of one.
 	Load(r Reader) error
 }
 
