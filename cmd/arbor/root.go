@@ -64,6 +64,7 @@ and a transactional key-value store over one replicated store.
 		newNodesCmd(a),
 		newVersionCmd(a),
 		newDebugCmd(a),
+		newExtentCmd(a),
 	)
 	return root
 }

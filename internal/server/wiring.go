@@ -40,6 +40,7 @@ func Modules(cfg Config) []Module {
 	if cfg.HasRole(RoleDirectory) {
 		modules = append(modules, newDirectoryModule(engine))
 	}
+	modules = append(modules, newExtentModule(engine))
 	modules = append(modules, newAgentModule(book))
 	return modules
 }
