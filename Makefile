@@ -58,3 +58,10 @@ clean:
 BENCH ?= .
 bench:
 	$(GO) test ./bench/ -run '^$$' -bench '$(BENCH)' -benchtime 3s -count 1 -timeout 60m
+
+# Full-size tract store cluster tests (internal/tract): a 1 GiB blob put
+# and got back, kill -9 recovery, growth and balance over a few GiB. They
+# take minutes on 2 cores, so `make test` runs them small.
+.PHONY: test-long
+test-long: build
+	ARBOR_LONG=1 ARBOR_BINARY=$(CURDIR)/bin/arbor $(GO) test -count=1 -timeout 60m -run '^TestCluster' -v ./internal/tract/

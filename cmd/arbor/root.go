@@ -65,6 +65,7 @@ and a transactional key-value store over one replicated store.
 		newVersionCmd(a),
 		newDebugCmd(a),
 		newExtentCmd(a),
+		newBlobCmd(a), newTLTCmd(a),
 	)
 	return root
 }

@@ -8,10 +8,14 @@ import (
 
 	"github.com/arbor-storage/arbor/internal/faults"
 	"github.com/arbor-storage/arbor/internal/server"
+	"github.com/arbor-storage/arbor/internal/tract"
 )
 
 // faultsEnv names the environment variable with the default --faults.
 const faultsEnv = "ARBOR_FAULTS"
+
+// tractEnv names the environment variable with the default --tract.
+const tractEnv = tract.OptionsEnv
 
 // serverFlags are the flags of `arbor server`, as strings and numbers;
 // config builds a server.Config from them.
@@ -28,6 +32,7 @@ type serverFlags struct {
 	roles          string
 	directoryPeers string
 	faults         string
+	tract          string
 	timeouts       server.Timeouts
 }
 
@@ -75,6 +80,7 @@ switch (--faults) defaults to $` + faultsEnv + `.`,
 	fl.StringVar(&f.disks, "disks", "", "comma-separated directories whose space the storage role serves (default --data-dir)")
 	fl.StringVar(&f.roles, "roles", string(server.RoleStorage), "comma-separated roles: directory, storage")
 	fl.StringVar(&f.directoryPeers, "directory-peers", "", "the directory group: id=host:port,...")
+	fl.StringVar(&f.tract, "tract", "", "tract store settings, e.g. tract-size=4MiB,replication=3 (default $"+tractEnv+"); the tract size is fixed when the cluster is created")
 	fl.StringVar(&f.faults, "faults", "", "fault injection, e.g. fail=0.01,delay=0.05:1ms-20ms,dup=0.01,methods=REGEX,seed=N (default $"+faultsEnv+")")
 	fl.DurationVar(&f.timeouts.Shutdown, "shutdown-timeout", f.timeouts.Shutdown, "bound on a graceful shutdown")
 	fl.DurationVar(&f.timeouts.RPC, "rpc-timeout", f.timeouts.RPC, "default deadline of calls between nodes")
@@ -102,6 +108,14 @@ func (f *serverFlags) config(a *app) (server.Config, error) {
 	if err != nil {
 		return server.Config{}, fmt.Errorf("%s: %w", source, err)
 	}
+	tractSpec, tractSource := f.tract, "--tract"
+	if tractSpec == "" {
+		tractSpec, tractSource = a.getenv(tractEnv), "$"+tractEnv
+	}
+	tractOpts, err := tract.ParseOptions(tractSpec)
+	if err != nil {
+		return server.Config{}, fmt.Errorf("%s: %w", tractSource, err)
+	}
 	var disks []string
 	for d := range strings.SplitSeq(f.disks, ",") {
 		if d = strings.TrimSpace(d); d != "" {
@@ -120,6 +134,7 @@ func (f *serverFlags) config(a *app) (server.Config, error) {
 		Roles:          roles,
 		DirectoryPeers: peers,
 		Faults:         fc,
+		Tract:          tractOpts,
 		Log:            a.logConfig,
 		Logger:         a.logger,
 		Timeouts:       f.timeouts,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/faults"
+	"github.com/arbor-storage/arbor/internal/tract"
 )
 
 // Role is a job a node does. A node runs any mix of roles (DESIGN §3).
@@ -124,6 +125,10 @@ type Config struct {
 	DirectoryPeers []Peer
 	// Faults is the initial fault-injection configuration (DESIGN §1).
 	Faults faults.Config
+	// Tract holds the tract store's settings. Its tract size is what a new
+	// cluster is created with (the directory records it once; later
+	// values are ignored) and its replication the TLT's k.
+	Tract tract.Options
 	// Log says how to log; Logger, if set, is used instead.
 	Log    LogConfig
 	Logger *slog.Logger

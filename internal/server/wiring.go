@@ -15,6 +15,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/directory"
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/raftengine"
+	"github.com/arbor-storage/arbor/internal/tract"
 )
 
 // Modules returns the subsystems a node with configuration cfg runs, in
@@ -42,6 +43,7 @@ func Modules(cfg Config) []Module {
 	}
 	modules = append(modules, newExtentModule(engine))
 	modules = append(modules, newAgentModule(book))
+	modules = append(modules, newTractModule(cfg, engine, modules))
 	return modules
 }
 
@@ -248,9 +250,10 @@ func (m *directoryModule) Start(context.Context) error {
 	return nil
 }
 
-// initCluster records the cluster's identity in the directory once: the
-// first proposal every directory member makes, harmlessly repeated
-// (InitCluster is idempotent for the same id).
+// initCluster records the cluster's identity and tract size in the
+// directory once: the first proposal every directory member makes,
+// harmlessly repeated (InitCluster is idempotent for the same values). The
+// TLT manager may propose it too, from the same configuration.
 func (m *directoryModule) initCluster(ctx context.Context) {
 	for ctx.Err() == nil {
 		if m.sm.Cluster() != nil {
@@ -258,7 +261,11 @@ func (m *directoryModule) initCluster(ctx context.Context) {
 		}
 		if st, err := m.engine.Engine.Status(directory.GroupID); err == nil && st.IsLeader() {
 			cctx, cancel := context.WithTimeout(ctx, m.env.Config.Timeouts.RPC)
-			_, err := m.svc.InitCluster(cctx, &pb.InitClusterRequest{ClusterId: m.env.Config.ClusterID})
+			size := m.env.Config.Tract.TractSizeBytes
+			if size == 0 {
+				size = tract.DefaultTractSizeBytes
+			}
+			_, err := m.svc.InitCluster(cctx, &pb.InitClusterRequest{ClusterId: m.env.Config.ClusterID, TractSizeBytes: size})
 			cancel()
 			if err == nil {
 				return

@@ -1,0 +1,457 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/arbor-storage/arbor/internal/directory"
+	"github.com/arbor-storage/arbor/internal/tract"
+)
+
+// defaultTransferTimeout bounds a blob transfer; long transfers pass a
+// longer --timeout.
+const defaultTransferTimeout = time.Hour
+
+// tractClients are a command's connections to the directory and the tract
+// store.
+type tractClients struct {
+	dir   *directory.Client
+	tract *tract.Client
+}
+
+func (c *tractClients) Close() {
+	c.tract.Close()
+	c.dir.Close()
+}
+
+// dialTract connects to the cluster's directory and tract store.
+func (a *app) dialTract(cf *clusterFlags) (*tractClients, error) {
+	target, err := cf.resolve(a.getenv)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := directory.Dial(target.Addrs, target.DialOptions()...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the directory: %w", err)
+	}
+	tc, err := tract.NewClient(tract.ClientConfig{Directory: dir, DialOptions: target.DialOptions(), Logger: a.logger})
+	if err != nil {
+		dir.Close()
+		return nil, err
+	}
+	return &tractClients{dir: dir, tract: tc}, nil
+}
+
+func newBlobCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "blob",
+		Short: "Store and fetch blobs in the tract store",
+		Long: `Blobs are byte sequences named by 128-bit ids, stored in fixed-size tracts
+spread over every disk of the cluster and replicated (FDS).
+
+  arbor blob put FILE       store a file; prints the new blob's id
+  arbor blob get ID OUT     fetch a blob into a file
+  arbor blob stat ID        show a blob's size and replication
+  arbor blob rm ID          delete a blob
+  arbor blob verify         check every replica of every tract`,
+	}
+	cmd.AddCommand(newBlobPutCmd(a), newBlobGetCmd(a), newBlobStatCmd(a), newBlobRmCmd(a), newBlobVerifyCmd(a))
+	return cmd
+}
+
+// transferFlags are the flags of put and get.
+type transferFlags struct {
+	cf       clusterFlags
+	timeout  time.Duration
+	progress string
+}
+
+func (f *transferFlags) register(cmd *cobra.Command) {
+	f.cf.register(cmd)
+	f.timeout = defaultTransferTimeout
+	cmd.Flags().DurationVar(&f.timeout, "timeout", f.timeout, "give up after this long")
+	cmd.Flags().StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (on a terminal), always or never")
+}
+
+func (f *transferFlags) mode() (progressMode, error) {
+	switch f.progress {
+	case "auto", "always", "never":
+		return progressMode(f.progress), nil
+	}
+	return "", fmt.Errorf("--progress %q: want auto, always or never", f.progress)
+}
+
+func newBlobPutCmd(a *app) *cobra.Command {
+	var f transferFlags
+	var replication int
+	var id string
+	cmd := &cobra.Command{
+		Use:   "put FILE",
+		Short: "Store a file as a new blob and print its id",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, err := f.mode()
+			if err != nil {
+				return err
+			}
+			g := tract.NewGUID()
+			if id != "" {
+				if g, err = tract.ParseGUID(id); err != nil {
+					return err
+				}
+			}
+			file, err := os.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer file.Close()
+			info, err := file.Stat()
+			if err != nil {
+				return err
+			}
+			if !info.Mode().IsRegular() {
+				return fmt.Errorf("%s is not a regular file", args[0])
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+			defer cancel()
+			c, err := a.dialTract(&f.cf)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := putFile(ctx, c.tract, g, replication, file, info.Size(), newProgress(a.stderr, mode, "put", info.Size(), true)); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, g)
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().IntVar(&replication, "replication", 0, "replicas of each tract (default: the cluster's)")
+	cmd.Flags().StringVar(&id, "id", "", "the blob's id, 32 hexadecimal digits (default: random)")
+	return cmd
+}
+
+// putFile creates blob g and writes size bytes of r into it, tract by
+// tract, keeping the client's simultaneous limit of writes in flight.
+func putFile(ctx context.Context, c *tract.Client, g tract.GUID, replication int, r io.ReaderAt, size int64, bar *progress) error {
+	ts, err := c.TractSize(ctx)
+	if err != nil {
+		return err
+	}
+	b, err := c.CreateBlob(ctx, g, replication)
+	if err != nil {
+		return fmt.Errorf("create blob %s: %w", g, err)
+	}
+	defer b.Close()
+	n := uint64((size + int64(ts) - 1) / int64(ts))
+	if n > 0 {
+		got, err := b.Extend(ctx, n)
+		if err != nil {
+			return fmt.Errorf("extend blob %s: %w", g, err)
+		}
+		if got != n {
+			return fmt.Errorf("blob %s has %d tracts after extending a new blob by %d: another writer is using it", g, got, n)
+		}
+	}
+	err = forEachTract(ctx, n, c.SimultaneousLimit(), func(ctx context.Context, i uint64) error {
+		off := int64(i) * int64(ts)
+		buf := make([]byte, min(int64(ts), size-off))
+		if _, err := r.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if err := b.WriteTract(ctx, i, buf); err != nil {
+			return fmt.Errorf("write tract %d: %w", i, err)
+		}
+		bar.Add(int64(len(buf)))
+		return nil
+	})
+	bar.Finish()
+	return err
+}
+
+// forEachTract runs f for tracts 0..n-1 with at most limit at once and
+// returns the first error (the others are cancelled).
+func forEachTract(ctx context.Context, n uint64, limit int, f func(ctx context.Context, i uint64) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan uint64)
+	var once sync.Once
+	var first error
+	var wg sync.WaitGroup
+	for range max(limit, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+				}
+			}
+		}()
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+func newBlobGetCmd(a *app) *cobra.Command {
+	var f transferFlags
+	cmd := &cobra.Command{
+		Use:   "get ID OUT",
+		Short: "Fetch a blob into the file OUT",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, err := f.mode()
+			if err != nil {
+				return err
+			}
+			g, err := tract.ParseGUID(args[0])
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+			defer cancel()
+			c, err := a.dialTract(&f.cf)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			out, err := os.Create(args[1])
+			if err != nil {
+				return err
+			}
+			if err := getFile(ctx, c.tract, g, out, mode, a.stderr); err != nil {
+				out.Close()
+				return err
+			}
+			return out.Close()
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// getFile reads blob g into out: tract i at offset i×tract size, the file
+// ending at the last tract's end.
+func getFile(ctx context.Context, c *tract.Client, g tract.GUID, out *os.File, mode progressMode, stderr io.Writer) error {
+	ts, err := c.TractSize(ctx)
+	if err != nil {
+		return err
+	}
+	b, err := c.OpenBlob(ctx, g)
+	if err != nil {
+		return fmt.Errorf("open blob %s: %w", g, err)
+	}
+	defer b.Close()
+	n, err := b.Size(ctx)
+	if err != nil {
+		return err
+	}
+	bar := newProgress(stderr, mode, "get", int64(n)*int64(ts), true)
+	var mu sync.Mutex
+	end := int64(0)
+	err = forEachTract(ctx, n, c.SimultaneousLimit(), func(ctx context.Context, i uint64) error {
+		data, err := b.ReadTract(ctx, i)
+		if err != nil {
+			return fmt.Errorf("read tract %d: %w", i, err)
+		}
+		off := int64(i) * int64(ts)
+		if _, err := out.WriteAt(data, off); err != nil {
+			return err
+		}
+		mu.Lock()
+		if i == n-1 {
+			end = off + int64(len(data))
+		}
+		mu.Unlock()
+		bar.Add(int64(ts))
+		return nil
+	})
+	bar.Finish()
+	if err != nil {
+		return err
+	}
+	return out.Truncate(end)
+}
+
+func newBlobStatCmd(a *app) *cobra.Command {
+	var cf clusterFlags
+	var asJSON bool
+	timeout := time.Minute
+	cmd := &cobra.Command{
+		Use:   "stat ID",
+		Short: "Show a blob's length, size and replication",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			g, err := tract.ParseGUID(args[0])
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			c, err := a.dialTract(&cf)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			st, err := statBlob(ctx, c.tract, g)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(a.stdout, st)
+			}
+			fmt.Fprintf(a.stdout, "blob:        %s\ntracts:      %d (tract size %s)\nbytes:       %d (%s)\nreplication: %d\ncreated:     %s\nmodified:    %s\n",
+				st.ID, st.Tracts, humanBytes(int64(st.TractSize)), st.Bytes, humanBytes(st.Bytes), st.Replication,
+				st.Created.Format(time.RFC3339), st.Modified.Format(time.RFC3339))
+			return nil
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "give up after this long")
+	return cmd
+}
+
+// BlobStat is what `arbor blob stat` prints.
+type BlobStat struct {
+	ID          string    `json:"id"`
+	Tracts      uint64    `json:"tracts"`
+	TractSize   int       `json:"tract_size"`
+	Bytes       int64     `json:"bytes"`
+	Replication int       `json:"replication"`
+	Created     time.Time `json:"created"`
+	Modified    time.Time `json:"modified"`
+}
+
+// statBlob reads a blob's record and the length of its last tract.
+func statBlob(ctx context.Context, c *tract.Client, g tract.GUID) (BlobStat, error) {
+	ts, err := c.TractSize(ctx)
+	if err != nil {
+		return BlobStat{}, err
+	}
+	b, err := c.OpenBlob(ctx, g)
+	if err != nil {
+		return BlobStat{}, fmt.Errorf("open blob %s: %w", g, err)
+	}
+	defer b.Close()
+	n, err := b.Size(ctx)
+	if err != nil {
+		return BlobStat{}, err
+	}
+	info := b.Info()
+	st := BlobStat{ID: g.String(), Tracts: n, TractSize: ts, Replication: info.Replication, Created: info.Created, Modified: info.Modified}
+	if n > 0 {
+		last, err := b.TractLength(ctx, n-1)
+		if err != nil {
+			return BlobStat{}, err
+		}
+		st.Bytes = int64(n-1)*int64(ts) + int64(last)
+	}
+	return st, nil
+}
+
+func newBlobRmCmd(a *app) *cobra.Command {
+	var cf clusterFlags
+	timeout := time.Minute
+	cmd := &cobra.Command{
+		Use:   "rm ID",
+		Short: "Delete a blob (its tracts are reclaimed by the scrubbers)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			g, err := tract.ParseGUID(args[0])
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			c, err := a.dialTract(&cf)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.tract.DeleteBlob(ctx, g); err != nil {
+				return fmt.Errorf("delete blob %s: %w", g, err)
+			}
+			return nil
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "give up after this long")
+	return cmd
+}
+
+func newBlobVerifyCmd(a *app) *cobra.Command {
+	var f transferFlags
+	cmd := &cobra.Command{
+		Use:   "verify [ID...]",
+		Short: "Check that every tract has its full replica count with matching checksums",
+		Long: `Read every replica of every tract of every blob (or of the blobs named) and
+check that each has all its replicas, in sync with its row's primary, at the
+same version and with data that matches its checksum. Exits 0 only if so.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, err := f.mode()
+			if err != nil {
+				return err
+			}
+			var blobs []tract.GUID
+			for _, s := range args {
+				g, err := tract.ParseGUID(s)
+				if err != nil {
+					return err
+				}
+				blobs = append(blobs, g)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+			defer cancel()
+			c, err := a.dialTract(&f.cf)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			bar := newProgress(a.stderr, mode, "verify", 0, false)
+			rep, err := c.tract.Verify(ctx, tract.VerifyOptions{Blobs: blobs, Progress: func(done, total int) {
+				bar.Set(int64(done), int64(total), "rows")
+			}})
+			bar.Finish()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "TLT version %d: %d rows, %d blobs, %d tracts, %d replicas verified",
+				rep.TLTVersion, rep.Rows, rep.Blobs, rep.Tracts, rep.Replicas)
+			if rep.Garbage > 0 {
+				fmt.Fprintf(a.stdout, ", %d replicas of deleted blobs awaiting the scrubber", rep.Garbage)
+			}
+			fmt.Fprintln(a.stdout)
+			for _, p := range rep.Problems {
+				fmt.Fprintln(a.stdout, "problem:", p)
+			}
+			if !rep.OK() {
+				return fmt.Errorf("verify: %d problems", rep.ProblemsTotal)
+			}
+			fmt.Fprintln(a.stdout, "ok: every tract has its full replica count with matching checksums")
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}

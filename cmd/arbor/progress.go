@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// progressRedraw is the least time between two redraws of a progress bar.
+const progressRedraw = 200 * time.Millisecond
+
+// progressBarWidth is the width of the bar itself, in characters.
+const progressBarWidth = 30
+
+// progress draws a one-line progress bar on a terminal:
+//
+//	put  [=============>                ]  45%  460.0 MiB / 1.0 GiB  85.3 MiB/s  ETA 7s
+//
+// It draws nothing when disabled (the stream is not a terminal and no one
+// asked for it), so scripts and tests see only the command's output.
+type progress struct {
+	w       io.Writer
+	label   string
+	total   int64
+	bytes   bool
+	enabled bool
+	start   time.Time
+
+	mu    sync.Mutex
+	done  int64
+	drawn time.Time
+	note  string
+}
+
+// progressMode is the --progress flag: auto (on a terminal), always, never.
+type progressMode string
+
+func (m progressMode) enabled(w io.Writer) bool {
+	switch m {
+	case "always":
+		return true
+	case "never":
+		return false
+	}
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+func newProgress(w io.Writer, mode progressMode, label string, total int64, bytes bool) *progress {
+	return &progress{w: w, label: label, total: total, bytes: bytes, enabled: mode.enabled(w), start: time.Now()}
+}
+
+// Add advances the bar by n.
+func (p *progress) Add(n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done += n
+	p.drawLocked(false)
+}
+
+// Set sets the bar's position and total (a total of 0 keeps the old one)
+// and a note printed after it.
+func (p *progress) Set(done, total int64, note string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done, p.note = done, note
+	if total > 0 {
+		p.total = total
+	}
+	p.drawLocked(false)
+}
+
+// Finish draws the final state and ends the line.
+func (p *progress) Finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.enabled {
+		return
+	}
+	p.drawLocked(true)
+	fmt.Fprintln(p.w)
+}
+
+func (p *progress) drawLocked(force bool) {
+	if !p.enabled || (!force && time.Since(p.drawn) < progressRedraw) {
+		return
+	}
+	p.drawn = time.Now()
+	fmt.Fprint(p.w, "\r"+p.line()+"\033[K")
+}
+
+func (p *progress) line() string {
+	frac := 0.0
+	if p.total > 0 {
+		frac = min(float64(p.done)/float64(p.total), 1)
+	}
+	filled := int(frac * progressBarWidth)
+	bar := strings.Repeat("=", filled)
+	if filled < progressBarWidth {
+		bar += ">" + strings.Repeat(" ", progressBarWidth-filled-1)
+	}
+	elapsed := time.Since(p.start)
+	s := fmt.Sprintf("%-8s [%s] %3.0f%%  ", p.label, bar, 100*frac)
+	if p.bytes {
+		s += fmt.Sprintf("%s / %s", humanBytes(p.done), humanBytes(p.total))
+		if secs := elapsed.Seconds(); secs > 0.5 {
+			rate := float64(p.done) / secs
+			s += fmt.Sprintf("  %s/s", humanBytes(int64(rate)))
+			if rate > 0 && p.done < p.total {
+				s += fmt.Sprintf("  ETA %v", time.Duration(float64(p.total-p.done)/rate*float64(time.Second)).Round(time.Second))
+			}
+		}
+	} else {
+		s += fmt.Sprintf("%d / %d", p.done, p.total)
+	}
+	if p.note != "" {
+		s += "  " + p.note
+	}
+	return s
+}
+
+// humanBytes prints a byte count with a binary unit.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/tract"
+	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
+)
+
+// tltRecovering is three tractservers, one row being caught up by a
+// replacement and one with a pending entry (growth); node 4 is dead and
+// did not answer.
+func tltRecovering() TLTView {
+	s := func(n uint64) tract.ServerID { return tract.ServerID{Node: n} }
+	t := &tract.Table{Version: 9, TractSize: 4 << 20, Replication: 3, Rows: []tract.Row{
+		{Version: 1, Slots: []tract.ServerID{s(1), s(2), s(3)}},
+		{Version: 9, Slots: []tract.ServerID{s(2), s(3), s(1)}},
+		{Version: 8, Slots: []tract.ServerID{s(3), s(1), s(2)}, Pending: []tract.Pending{{Slot: 2, Server: s(4)}}},
+	}}
+	nodes := map[uint64]*dpb.Node{}
+	for i := uint64(1); i <= 4; i++ {
+		nodes[i] = &dpb.Node{Id: i, Address: "127.0.0.1:700" + string(rune('0'+i)), FailureDomain: "dev-" + string(rune('0'+i)), State: dpb.NodeState_NODE_STATE_ALIVE}
+	}
+	nodes[4].State = dpb.NodeState_NODE_STATE_DEAD
+	row := func(r, v uint64, role tpb.RowRole, inSync bool, copied uint64) *tpb.RowStatus {
+		return &tpb.RowStatus{Row: uint32(r), Version: v, Role: role, InSync: inSync, CopiedTracts: copied, CopiedBytes: copied << 22}
+	}
+	P, R := tpb.RowRole_ROW_ROLE_PRIMARY, tpb.RowRole_ROW_ROLE_REPLICA
+	statuses := map[uint64]*tpb.StatusResponse{
+		1: {Disks: []*tpb.DiskStatus{{Tracts: 30, Bytes: 120 << 20, RecoveredBytes: 8 << 20, Rows: []*tpb.RowStatus{row(0, 1, P, true, 0), row(1, 9, R, false, 2), row(2, 8, R, true, 0)}}}},
+		2: {Disks: []*tpb.DiskStatus{{Tracts: 31, Bytes: 124 << 20, Rows: []*tpb.RowStatus{row(0, 1, R, true, 0), row(1, 9, P, true, 0), row(2, 8, R, true, 0)}}}},
+		3: {Disks: []*tpb.DiskStatus{{Tracts: 29, Bytes: 116 << 20, Rows: []*tpb.RowStatus{row(0, 1, R, true, 0), row(1, 9, R, true, 0), row(2, 8, P, true, 0)}}}},
+	}
+	return buildTLTView(t, nodes, statuses, map[uint64]error{4: errors.New("connection refused")})
+}
+
+func TestTLTGolden(t *testing.T) {
+	v := tltRecovering()
+	if v.RowsCatchingUp != 2 {
+		t.Fatalf("%d rows catching up, want 2 (a replacement copying, a pending entry of a dead node)", v.RowsCatchingUp)
+	}
+	var text, js bytes.Buffer
+	if err := writeTLT(&text, v, true); err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "tlt_recovering.txt", text.Bytes())
+	if err := writeJSON(&js, v); err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "tlt_recovering.json", js.Bytes())
+}
+
+func TestProgressLine(t *testing.T) {
+	var out bytes.Buffer
+	p := newProgress(&out, "always", "put", 100<<20, true)
+	p.Add(25 << 20)
+	line := p.line()
+	if !strings.HasPrefix(line, "put      [=======>") || !strings.Contains(line, " 25%  25.0 MiB / 100.0 MiB") {
+		t.Fatalf("progress line %q", line)
+	}
+	p.Finish()
+	if !strings.Contains(out.String(), "25.0 MiB / 100.0 MiB") || !strings.HasSuffix(out.String(), "\n") {
+		t.Fatalf("drawn: %q", out.String())
+	}
+	var quiet bytes.Buffer
+	q := newProgress(&quiet, "auto", "get", 10, false) // not a terminal
+	q.Add(5)
+	q.Finish()
+	if quiet.Len() != 0 {
+		t.Fatalf("a progress bar drew on a non-terminal: %q", quiet.String())
+	}
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 3 << 30: "3.0 GiB"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestForEachTract(t *testing.T) {
+	var seen atomic.Int64
+	if err := forEachTract(context.Background(), 100, 7, func(_ context.Context, i uint64) error {
+		seen.Add(int64(i) + 1)
+		return nil
+	}); err != nil || seen.Load() != 5050 {
+		t.Fatalf("visited sum %d, err %v; want every tract once", seen.Load(), err)
+	}
+	boom := errors.New("boom")
+	err := forEachTract(context.Background(), 1000, 4, func(_ context.Context, i uint64) error {
+		if i == 10 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("forEachTract returned %v, want the first error", err)
+	}
+}

@@ -1,0 +1,109 @@
+// Package tract is Arbor's tract store: Flat Datacenter Storage's blobs of
+// fixed-size tracts, placed over every disk by the tract locator table
+// (DESIGN.md §2.3; FDS §2 and §3; Boxwood §3.4 for catching up a replica
+// that was away).
+//
+// # Pieces
+//
+//   - Layout (layout.go, table.go): the deterministic core. BuildTable
+//     makes the TLT from all pairs of tractservers in distinct failure
+//     domains plus k-2 more per row, weighted by disk size, with every
+//     server primary about equally often (FDS §3.3, §3.3.1); PlanRepair
+//     takes dead tractservers out (FDS §3.2); PlanGrowth gives new or
+//     returning ones pending entries and PlanCommit commits them (FDS
+//     §3.4). They are pure functions of a table and the servers' states.
+//     The locator is (SHA-1(guid)[:8] + tract) mod len(TLT) (FDS §2.2).
+//   - Manager (manager.go): runs on every directory member and acts while
+//     it leads the directory group. It initialises the cluster's tract
+//     size, installs the first table once the set of tractservers is
+//     stable, and each tick repairs, commits and grows through the
+//     directory's conditional row updates, reading the tractservers'
+//     Status to know who is in sync.
+//   - Service (service.go, disk.go, rw.go, sync.go, scrub.go): a node's
+//     tractservers, one per configured disk (Store, store.go), behind one
+//     gRPC service (tractpb.TractServer).
+//   - Client (client.go, verify.go): the FDS API (create, open, close,
+//     delete, get size, extend, write tract, read tract, get simultaneous
+//     limit), with Async variants and Verify.
+//
+// # Data layout
+//
+// Tract data lives in one file per tract version under DISK/tracts/XX/
+// (XX the first byte of the GUID), named GUID.TRACT.ROWVERSION.SEQ, so a
+// short tract costs its size. Records live in the node's pebble database
+// under prefix 't' (owned by this package):
+//
+//	t m <disk:4> <guid:16> <tract:8, sign flipped>   TractMeta: row, stamp, length, CRC-32C, replication, incarnation
+//	t r <disk:4> <row:4>                             RowSync: last row version (and slot) caught up at
+//
+// and every record is cached in memory. The metadata tract (-1) has no
+// file: its record carries the BlobMeta (length in tracts, replication,
+// incarnation, a tombstone flag, recent request ids).
+//
+// # Protocol
+//
+// Every request carries the row version of the client's TLT. A tractserver
+// refuses an older one (STALE_TLT with the current version: the client
+// refreshes and retries) and fetches the table when it sees a newer one. A
+// tractserver polls the TLT every 500 ms and stops serving if it has not
+// reached the directory for its validity (at most half the directory's
+// dead timeout), so one cut off from the directory stops before it can be
+// replaced.
+//
+// Writes go to the row's primary (slot 0). It gives the write a stamp
+// (row version, then a sequence per tract), stores it, forwards it to the
+// blob's other slots and the row's pending entries for those slots, and
+// replies once all have stored it. Blob metadata operations (create,
+// extend, delete) go to the primary of the metadata tract's row, which
+// decides them under the tract's lock and forwards the new record to every
+// member; extend is atomic and returns the new size, and a retried
+// mutation (same request id) is answered with its first result. Reads go
+// to any readable slot member; a blob with replication r uses slots
+// 0..r-1 of each row (FDS §3.3).
+//
+// A member that joins a row, or sees its row's version change, catches up
+// from the primary (sync.go): it lists the primary's tracts written at or
+// after the row version it last caught up at (everything, if it never held
+// the row or now holds a lower slot), copies those whose stamp differs
+// from its own, and deletes its own tracts of that window that the primary
+// lacks. A server back from an absence thus copies only the writes it
+// missed (Boxwood's degraded-mode catch-up), and the manager gives it back
+// the rows it still holds data of. A primary that was promoted (its old
+// primary died) first pulls what it lacks from the row's complete replicas.
+// Rows catch up in parallel (8 per disk, 4 tracts per row at a time).
+//
+// # Invariants
+//
+//  1. The stamps of one tract's writes are totally ordered, and the
+//     primary stores each write before any replica (so a replica never
+//     holds a newer version than the primary of the same row version).
+//  2. A write or metadata operation is acknowledged only once every slot
+//     of its replication and every pending entry for those slots has
+//     stored it; so every member of a row at version v holds every write
+//     acknowledged at v.
+//  3. A request under an old row version is refused and changes nothing;
+//     every refused or malformed request changes nothing.
+//  4. A member serves reads only if it holds every tract of its slot: it
+//     is in sync at the row's version, or it was in sync at the previous
+//     version and has stayed a member (in the same or a higher slot) with
+//     an unbroken view of the table; a primary serves only once complete.
+//     Promotion prefers such a member.
+//  5. A catch-up deletes only tracts of its window that a complete primary
+//     lacks, and never replaces a write of the row's current version by an
+//     older one.
+//  6. Every tract's data is checked against its CRC-32C when written (the
+//     client's checksum), forwarded, copied and read; a mismatch on disk
+//     is repaired from another replica (on read, on verify and by the
+//     scrubber) and is never served.
+//  7. A file is written (and synced, with SyncWrites) before the record
+//     naming it; a record always names a complete file.
+//  8. Tracts of a deleted blob (or of an earlier incarnation of its GUID)
+//     are never read as the blob's; the scrubber reclaims them.
+//
+// # Known limits
+//
+// Tombstones of deleted blobs are kept (a few hundred bytes each). The
+// scrubber asks each blob's metadata primary once per pass. Writes to a
+// row stall (and are retried by the client) from a member's death until
+// the directory declares it dead. The TLT is fetched whole.
+package tract

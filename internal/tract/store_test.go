@@ -1,0 +1,185 @@
+package tract
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
+)
+
+func openTestStore(t *testing.T, fs vfs.FS, db *pebble.DB) *Store {
+	t.Helper()
+	s, err := OpenStore(2, "disk", fs, db, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newTestDB(t *testing.T, fs vfs.FS) *pebble.DB {
+	t.Helper()
+	db, err := pebble.Open("db", &pebble.Options{FS: fs, Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func metaFor(row uint32, v, seq uint64, data []byte) *tpb.TractMeta {
+	return &tpb.TractMeta{Row: row, Stamp: &tpb.Stamp{RowVersion: v, Seq: seq}, Length: uint32(len(data)),
+		Crc32C: Checksum(data), Replication: 3, Incarnation: 9}
+}
+
+func TestStorePutGetReload(t *testing.T) {
+	fs := vfs.NewMem()
+	db := newTestDB(t, fs)
+	s := openTestStore(t, fs, db)
+	g := GUID{7}
+	k0, k1, meta := tractKey{g, 0}, tractKey{g, 1}, tractKey{g, MetadataTract}
+	d0, d1 := []byte("tract zero"), []byte("a short tract costs its size")
+	for _, tc := range []struct {
+		k    tractKey
+		m    *tpb.TractMeta
+		data []byte
+	}{
+		{k0, metaFor(4, 1, 1, d0), d0},
+		{k1, metaFor(5, 1, 1, d1), d1},
+		{meta, &tpb.TractMeta{Row: 3, Stamp: &tpb.Stamp{RowVersion: 1, Seq: 1}, Blob: &tpb.BlobMeta{LengthTracts: 2, Replication: 3, Incarnation: 9}}, nil},
+	} {
+		if err := s.Put(tc.k, tc.m, tc.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path, ok := s.TractPath(g, 1)
+	if !ok {
+		t.Fatal("no file for tract 1")
+	}
+	if st, err := fs.Stat(path); err != nil || st.Size() != int64(len(d1)) {
+		t.Fatalf("tract file %s: %v, %v; want %d bytes", path, st, err, len(d1))
+	}
+	if n, b := s.Usage(); n != 3 || b != uint64(len(d0)+len(d1)) {
+		t.Fatalf("usage %d tracts %d bytes", n, b)
+	}
+	// A newer version replaces the file.
+	d0b := []byte("tract zero, second version")
+	if err := s.Put(k0, metaFor(4, 2, 1, d0b), d0b); err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := s.UnreferencedFiles(); len(files) != 0 {
+		t.Fatalf("old version left behind: %v", files)
+	}
+	if err := s.SetRowSync(4, &tpb.RowSync{SyncedVersion: 2, SyncedSlot: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Everything comes back from pebble.
+	r := openTestStore(t, fs, db)
+	for k, want := range map[tractKey][]byte{k0: d0b, k1: d1} {
+		m, ok := r.Get(k)
+		if !ok {
+			t.Fatalf("%s lost on reload", k)
+		}
+		got, err := r.ReadData(k, m)
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("%s after reload: %q, %v", k, got, err)
+		}
+	}
+	if m, ok := r.Get(meta); !ok || m.Blob.GetLengthTracts() != 2 {
+		t.Fatalf("metadata tract after reload: %v", m)
+	}
+	if rs, ok := r.RowSync(4); !ok || rs.SyncedVersion != 2 || rs.SyncedSlot != 1 {
+		t.Fatalf("row sync after reload: %v", rs)
+	}
+	if got := r.RowTracts(4); len(got) != 1 || got[0] != k0 {
+		t.Fatalf("row 4 tracts %v", got)
+	}
+	if rows := r.Rows(); rows[3] != 1 || rows[4] != 1 || rows[5] != 1 {
+		t.Fatalf("rows %v", rows)
+	}
+	// Another disk's records are not this one's.
+	other, err := OpenStore(3, "disk3", fs, db, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := other.Usage(); n != 0 {
+		t.Fatalf("disk 3 sees %d of disk 2's tracts", n)
+	}
+	if err := r.Delete(k1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Get(k1); ok {
+		t.Fatal("deleted tract still there")
+	}
+	if _, err := fs.Stat(path); err == nil {
+		t.Fatal("deleted tract's file still there")
+	}
+}
+
+func TestStoreDetectsCorruption(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openTestStore(t, fs, newTestDB(t, fs))
+	k := tractKey{GUID{1}, 3}
+	data := []byte("some bytes worth protecting")
+	m := metaFor(1, 1, 1, data)
+	if err := s.Put(k, m, data); err != nil {
+		t.Fatal(err)
+	}
+	path, _ := s.TractPath(k.guid, k.tract)
+	f, _ := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+	f.WriteAt([]byte{'X'}, 3)
+	f.Close()
+	if _, err := s.ReadData(k, m); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("read of a flipped byte: %v", err)
+	}
+	fs.Remove(path)
+	if _, err := s.ReadData(k, m); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("read of a missing file: %v", err)
+	}
+	// Data that does not match its record is refused and changes nothing.
+	bad := metaFor(1, 2, 1, data)
+	bad.Crc32C++
+	if err := s.Put(k, bad, data); err == nil {
+		t.Fatal("a record that does not match its data was stored")
+	}
+	if cur, _ := s.Get(k); !stampEqual(cur.Stamp, m.Stamp) {
+		t.Fatal("a refused put changed the record")
+	}
+}
+
+func TestStoreUnreferencedFiles(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openTestStore(t, fs, newTestDB(t, fs))
+	k := tractKey{GUID{0xab}, 0}
+	data := []byte("x")
+	if err := s.Put(k, metaFor(0, 1, 1, data), data); err != nil {
+		t.Fatal(err)
+	}
+	// A crash after writing a newer version's file, before its record.
+	stray := s.fileName(k, &tpb.Stamp{RowVersion: 1, Seq: 2})
+	f, _ := fs.Create(stray, vfs.WriteCategoryUnspecified)
+	f.Close()
+	junk := fs.PathJoin(s.Dir(), "ab", "not-a-tract")
+	f, _ = fs.Create(junk, vfs.WriteCategoryUnspecified)
+	f.Close()
+	files, err := s.UnreferencedFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 {
+		t.Fatalf("unreferenced files %v, want the stray version and the junk", files)
+	}
+}
+
+func TestParseFileNameRoundTrip(t *testing.T) {
+	s := &Store{fs: vfs.NewMem(), dir: "d"}
+	k := tractKey{NewGUID(), 12345}
+	st := &tpb.Stamp{RowVersion: 77, Seq: 3}
+	name := s.fs.PathBase(s.fileName(k, st))
+	gk, gst, ok := parseFileName(name)
+	if !ok || gk != k || !stampEqual(gst, st) {
+		t.Fatalf("parseFileName(%q) = %v %v %v", name, gk, gst, ok)
+	}
+}
