@@ -1,0 +1,182 @@
+// Package extentstore adapts the extent store's client (internal/extent,
+// DESIGN.md §2.4) to btree.PageStore, the interface the B-tree consumes
+// (DESIGN.md §2.5). It is a translation and nothing more: tagged pointers,
+// MPSC elements, geometries and error kinds map one to one, and nothing is
+// retried here (the store never retries; the B-tree decides).
+//
+// Mapping:
+//
+//   - btree.OpWrite and OpCheck are extent.Write and extent.Check at the
+//     slot read; OpWriteFresh is extent.Write at slot 0, which the extent
+//     store takes for a page of a block allocated earlier in the same MPSC.
+//   - btree.OpAllocBlock is extent.AllocateBlock of the named free block at
+//     its listed generation; the extent store gives the block generation+1,
+//     which is what the B-tree put in the pointers it wrote in the same
+//     commit. The result is checked: a different generation would be a
+//     contract violation and is reported as such.
+//   - btree.OpFreeBlock is extent.Free.
+//   - Resolve is Client.Recover of the transaction an ErrPrepared named.
+//   - Errors: ErrConflict and ErrAborted (a cross-extent transaction that
+//     lost, nothing applied) become btree.ErrConflict; ErrStale,
+//     ErrNoSpace, ErrUnavailable and ErrAmbiguous keep their meaning;
+//     ErrInvalid and ErrNotFound become btree.ErrInvalid; ErrPrepared with
+//     its holder becomes a *btree.PreparedError. The extent error stays
+//     wrapped for its details.
+//
+// Pointers: the B-tree's PageRef has no read-only bit; the B-tree only
+// uses read-write blocks, so it maps to ReadOnly false.
+package extentstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/arbor-storage/arbor/internal/btree"
+	"github.com/arbor-storage/arbor/internal/extent"
+)
+
+// Client is what the adapter uses of *extent.Client.
+type Client interface {
+	ReadPage(ctx context.Context, p extent.Pointer) (extent.Page, error)
+	Commit(ctx context.Context, elems []extent.Element) ([]extent.Result, error)
+	FreeBlocks(ctx context.Context, ext, near uint64, n int) ([]extent.FreeBlock, error)
+	Geometry(ctx context.Context, ext uint64) (extent.Geometry, error)
+	Recover(ctx context.Context, ref extent.TxnRef) (extent.Outcome, error)
+}
+
+// Store is a btree.PageStore over the extent store.
+type Store struct {
+	c Client
+}
+
+var _ btree.PageStore = (*Store)(nil)
+
+// New returns the adapter over c.
+func New(c Client) *Store { return &Store{c: c} }
+
+func pointer(r btree.PageRef) extent.Pointer {
+	return extent.Pointer{Extent: r.Extent, Page: r.Page, Generation: r.Generation, Tenant: r.Tenant}
+}
+
+// Geometry implements btree.PageStore.
+func (s *Store) Geometry(ctx context.Context, ext uint64) (btree.Geometry, error) {
+	g, err := s.c.Geometry(ctx, ext)
+	if err != nil {
+		return btree.Geometry{}, mapError(err, btree.PageRef{Extent: ext}, false)
+	}
+	if g.PageSizeBytes == 0 || g.BlockSizeBytes < g.PageSizeBytes || g.BlockSizeBytes%g.PageSizeBytes != 0 {
+		return btree.Geometry{}, fmt.Errorf("%w: extent %d has geometry %+v", btree.ErrInvalid, ext, g)
+	}
+	return btree.Geometry{
+		PageBytes:     int(g.PageSizeBytes),
+		PagesPerBlock: int(g.BlockSizeBytes / g.PageSizeBytes),
+		Blocks:        int(g.ExtentSizeBytes / uint64(g.BlockSizeBytes)),
+	}, nil
+}
+
+// Read implements btree.PageStore.
+func (s *Store) Read(ctx context.Context, ref btree.PageRef) ([]byte, uint64, error) {
+	p, err := s.c.ReadPage(ctx, pointer(ref))
+	if err != nil {
+		return nil, 0, mapError(err, ref, false)
+	}
+	return p.Data, p.Slot, nil
+}
+
+// Commit implements btree.PageStore.
+func (s *Store) Commit(ctx context.Context, ops []btree.Op) error {
+	elems := make([]extent.Element, len(ops))
+	for i, op := range ops {
+		switch op.Kind {
+		case btree.OpWrite:
+			elems[i] = extent.Write(pointer(op.Ref), op.Slot, op.Data)
+		case btree.OpCheck:
+			elems[i] = extent.Check(pointer(op.Ref), op.Slot)
+		case btree.OpWriteFresh:
+			elems[i] = extent.Write(pointer(op.Ref), 0, op.Data)
+		case btree.OpAllocBlock:
+			if op.Ref.Generation != op.Slot+1 {
+				return fmt.Errorf("%w: op %d: allocation must take generation %d to %d", btree.ErrInvalid, i, op.Slot, op.Slot+1)
+			}
+			elems[i] = extent.AllocateBlock(extent.FreeBlock{Extent: op.Ref.Extent, Page: op.Ref.Page, Generation: op.Slot}, op.Ref.Tenant)
+		case btree.OpFreeBlock:
+			elems[i] = extent.Free(pointer(op.Ref))
+		default:
+			return fmt.Errorf("%w: op %d: unknown kind %v", btree.ErrInvalid, i, op.Kind)
+		}
+	}
+	res, err := s.c.Commit(ctx, elems)
+	if err != nil {
+		var ref btree.PageRef
+		if len(ops) > 0 {
+			ref = ops[0].Ref
+		}
+		return mapError(err, ref, true)
+	}
+	for i, op := range ops {
+		if op.Kind != btree.OpAllocBlock || i >= len(res) {
+			continue
+		}
+		// A zero pointer means the result was not reported (the reply
+		// that carried it was lost after the commit, or a cross-extent
+		// commit does not return it); the allocation is as asked, the
+		// commit having checked the generation.
+		if got := res[i].Block; !got.IsZero() && (got.Generation != op.Ref.Generation || got.Tenant != op.Ref.Tenant || got.Page != op.Ref.Page) {
+			return fmt.Errorf("extentstore: block %v allocated as %v, not as asked: the extent store broke the allocation contract", op.Ref, got)
+		}
+	}
+	return nil
+}
+
+// FreeBlocks implements btree.PageStore.
+func (s *Store) FreeBlocks(ctx context.Context, ext, near uint64, n int) ([]btree.FreeBlock, error) {
+	fbs, err := s.c.FreeBlocks(ctx, ext, near, n)
+	if err != nil {
+		return nil, mapError(err, btree.PageRef{Extent: ext}, false)
+	}
+	out := make([]btree.FreeBlock, len(fbs))
+	for i, fb := range fbs {
+		out[i] = btree.FreeBlock{Extent: fb.Extent, Page: fb.Page, Generation: fb.Generation}
+	}
+	return out, nil
+}
+
+// Resolve implements btree.PageStore.
+func (s *Store) Resolve(ctx context.Context, txn btree.PreparedTxn) error {
+	if _, err := s.c.Recover(ctx, extent.TxnRef{ID: txn.ID, Extent: txn.Extent}); err != nil {
+		return mapError(err, btree.PageRef{Extent: txn.Extent}, false)
+	}
+	return nil
+}
+
+// mapError turns an extent client error into the B-tree's kinds. A context
+// error that escaped the client's own typing means the call may have been
+// sent: unknown outcome for a write, unavailable for a read.
+func mapError(err error, ref btree.PageRef, write bool) error {
+	var ee *extent.Error
+	switch {
+	case errors.Is(err, extent.ErrPrepared):
+		if errors.As(err, &ee) && ee.Holder != nil {
+			return &btree.PreparedError{Txn: btree.PreparedTxn{ID: ee.Holder.ID, Extent: ee.Holder.Extent}, Ref: ref}
+		}
+		// No holder named: nothing to resolve here; the background
+		// recovery of the extent's leader will.
+		return fmt.Errorf("%w: %w", btree.ErrUnavailable, err)
+	case errors.Is(err, extent.ErrConflict), errors.Is(err, extent.ErrAborted):
+		return fmt.Errorf("%w: %w", btree.ErrConflict, err)
+	case errors.Is(err, extent.ErrStale):
+		return fmt.Errorf("%w: %w", btree.ErrStale, err)
+	case errors.Is(err, extent.ErrNoSpace):
+		return fmt.Errorf("%w: %w", btree.ErrNoSpace, err)
+	case errors.Is(err, extent.ErrInvalid), errors.Is(err, extent.ErrNotFound):
+		return fmt.Errorf("%w: %w", btree.ErrInvalid, err)
+	case errors.Is(err, extent.ErrUnavailable):
+		return fmt.Errorf("%w: %w", btree.ErrUnavailable, err)
+	case errors.Is(err, extent.ErrAmbiguous):
+		return fmt.Errorf("%w: %w", btree.ErrAmbiguous, err)
+	case write:
+		return fmt.Errorf("%w: %w", btree.ErrAmbiguous, err)
+	}
+	return fmt.Errorf("%w: %w", btree.ErrUnavailable, err)
+}
