@@ -66,6 +66,7 @@ and a transactional key-value store over one replicated store.
 		newDebugCmd(a),
 		newExtentCmd(a),
 		newBlobCmd(a), newTLTCmd(a),
+		newKVCmd(a),
 	)
 	return root
 }
