@@ -1,0 +1,347 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"time"
+)
+
+// SetAttr fields (SetAttrIn.Valid).
+const (
+	SetMode = 1 << iota
+	SetUid
+	SetGid
+	SetSize
+	SetAtime
+	SetMtime
+	SetAtimeNow
+	SetMtimeNow
+	SetCtime
+)
+
+// SetAttrIn says what SetAttr changes.
+type SetAttrIn struct {
+	Valid               uint32
+	Mode                uint32 // permission bits (the type cannot change)
+	Uid, Gid            uint32
+	Size                uint64
+	Atime, Mtime, Ctime time.Time
+}
+
+func timeOf(ns int64) time.Time { return time.Unix(0, ns) }
+
+// SetAttr changes h's attributes. A size change truncates or extends the
+// file (EISDIR for a directory, EINVAL for other non-regular objects,
+// EFBIG past the size bound); every change sets the change time.
+func (f *FS) SetAttr(ctx context.Context, h Handle, in SetAttrIn) (Attr, error) {
+	if f.readOnly {
+		return Attr{}, syscall.EROFS
+	}
+	if in.Valid&SetSize != 0 {
+		if err := f.truncate(ctx, h, in.Size); err != nil {
+			return Attr{}, err
+		}
+		in.Valid &^= SetSize
+	}
+	if in.Valid == 0 {
+		return f.GetAttr(ctx, h)
+	}
+	// Buffered writes carry their own mtime: flush them first, so an
+	// explicit time set now is not overwritten by the flush.
+	if in.Valid&(SetMtime|SetMtimeNow) != 0 {
+		if err := f.Flush(ctx, h); err != nil {
+			return Attr{}, err
+		}
+	}
+	var a Attr
+	err := f.update(ctx, func(w *wtx) error {
+		cur, n, err := w.inode(f.keys, h)
+		if err != nil {
+			return err
+		}
+		now := f.now().UnixNano()
+		if in.Valid&SetMode != 0 {
+			n.Mode = n.Mode&sIFMT | in.Mode&permBits
+		}
+		if in.Valid&SetUid != 0 {
+			n.Uid = in.Uid
+		}
+		if in.Valid&SetGid != 0 {
+			n.Gid = in.Gid
+		}
+		switch {
+		case in.Valid&SetAtimeNow != 0:
+			n.Atime = now
+		case in.Valid&SetAtime != 0:
+			n.Atime = in.Atime.UnixNano()
+		}
+		switch {
+		case in.Valid&SetMtimeNow != 0:
+			n.Mtime = now
+		case in.Valid&SetMtime != 0:
+			n.Mtime = in.Mtime.UnixNano()
+		}
+		n.Ctime = now
+		if in.Valid&SetCtime != 0 {
+			n.Ctime = in.Ctime.UnixNano()
+		}
+		if err := w.setInode(f.keys, h, cur, n); err != nil {
+			return err
+		}
+		a = f.attrOf(h, n)
+		return nil
+	})
+	return a, err
+}
+
+// errNeedCopy asks truncate to copy a shared boundary block first.
+var errNeedCopy = errors.New("fs: boundary block is shared with a snapshot")
+
+// truncate sets a regular file's size (truncate(2)).
+func (f *FS) truncate(ctx context.Context, h Handle, size uint64) error {
+	if size > maxFileBytes {
+		return errf(syscall.EFBIG, "size %d (the bound is %d)", size, uint64(maxFileBytes))
+	}
+	st := f.pin(h, true)
+	defer f.unpin(st)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err := f.flushLocked(ctx, st); err != nil {
+		return err
+	}
+	n, err := f.headInode(ctx, h)
+	if err != nil {
+		return err
+	}
+	switch n.Mode & sIFMT {
+	case sIFREG:
+	case sIFDIR:
+		return errf(syscall.EISDIR, "truncate of directory %v", h)
+	default:
+		return errf(syscall.EINVAL, "truncate of non-regular object %v", h)
+	}
+	if n.TrimFrom != 0 {
+		if err := f.trim(ctx, st); err != nil {
+			return err
+		}
+	}
+	maxBlock := pow2Floor(uint64(f.tractSize))
+	bs, bsz := blockAt(size, maxBlock)
+	partial := size > bs
+	cut := bs
+	if partial {
+		cut = bs + bsz
+	}
+	keep := size - bs
+	k := f.keys
+	var prepared *blockEntry // a copy of the boundary block, cut to keep
+	var preparedFrom blockEntry
+	used := false
+	defer func() {
+		if prepared != nil && !used {
+			f.freeTracts(context.WithoutCancel(ctx), []blockEntry{*prepared})
+		}
+	}()
+	for range maxFlushAttempts {
+		var needCopy *blockEntry
+		var frees []blockEntry
+		err = f.update(ctx, func(w *wtx) error {
+			needCopy, frees, used = nil, frees[:0], false
+			icur, in, err := w.inode(k, h)
+			if err != nil {
+				return err
+			}
+			if in.TrimFrom != 0 {
+				return errRaced
+			}
+			if partial && size < in.Size {
+				key := k.block(h, bs)
+				cur, payload, err := w.current(key)
+				if err != nil {
+					return err
+				}
+				if cur.live() {
+					e, err := decodeBlockEntry(payload)
+					if err != nil {
+						return err
+					}
+					if e.Length > keep {
+						switch {
+						case !w.shared(cur):
+							e.Length = keep
+							if err := w.put(key, cur, e.encode()); err != nil {
+								return err
+							}
+						case prepared != nil && preparedFrom == *e:
+							if err := w.put(key, cur, prepared.encode()); err != nil {
+								return err
+							}
+							used = true
+						default:
+							needCopy = e
+							return errNeedCopy
+						}
+					}
+				}
+			}
+			if size < in.Size && in.Size > cut {
+				in.TrimFrom = cut + 1
+			}
+			now := f.now().UnixNano()
+			in.Size = size
+			in.Mtime, in.Ctime = now, now
+			in.DataGen++
+			return w.setInode(k, h, icur, in)
+		})
+		if errors.Is(err, errNeedCopy) {
+			if prepared != nil {
+				f.freeTracts(ctx, []blockEntry{*prepared})
+				prepared = nil
+			}
+			data, rerr := f.readTract(ctx, *needCopy)
+			if rerr != nil {
+				return rerr
+			}
+			if uint64(len(data)) < keep {
+				continue // stale: read again
+			}
+			first, xerr := f.data.Extend(ctx, needCopy.Blob, 1)
+			if xerr != nil {
+				return storeErr("extend blob", xerr)
+			}
+			cp := blockEntry{Blob: needCopy.Blob, Tract: first, Length: keep}
+			if werr := f.data.WriteTract(ctx, cp.Blob, cp.Tract, data[:keep]); werr != nil {
+				return storeErr("write tract", werr)
+			}
+			prepared, preparedFrom = &cp, *needCopy
+			continue
+		}
+		if errors.Is(err, errRaced) {
+			if err := f.trim(ctx, st); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		f.freeTracts(ctx, frees)
+		break
+	}
+	if err != nil {
+		return err
+	}
+	st.cacheMu.Lock()
+	st.known, st.blocks = false, nil
+	st.cacheMu.Unlock()
+	return f.trim(ctx, st)
+}
+
+// trim deletes the blocks a truncate cut off (from the inode's TrimFrom),
+// in transactions of blocksPerTxn pairs, then clears TrimFrom.
+func (f *FS) trim(ctx context.Context, st *file) error {
+	k := f.keys
+	h := st.h
+	for {
+		n, err := f.headInode(ctx, h)
+		if err != nil {
+			return err
+		}
+		if n.TrimFrom == 0 {
+			return nil
+		}
+		mark := n.TrimFrom
+		starts, err := f.liveBlocks(ctx, h, mark-1, blocksPerTxn)
+		if err != nil {
+			return err
+		}
+		var frees []blockEntry
+		err = f.update(ctx, func(w *wtx) error {
+			frees = frees[:0]
+			icur, in, err := w.inode(k, h)
+			if err != nil {
+				return err
+			}
+			if in.TrimFrom != mark {
+				return nil // someone else is trimming; read again
+			}
+			if len(starts) == 0 {
+				in.TrimFrom = 0
+				return w.setInode(k, h, icur, in)
+			}
+			for _, s := range starts {
+				key := k.block(h, s)
+				cur, payload, err := w.current(key)
+				if err != nil {
+					return err
+				}
+				if !cur.live() {
+					continue
+				}
+				if !w.shared(cur) {
+					e, err := decodeBlockEntry(payload)
+					if err != nil {
+						return err
+					}
+					frees = append(frees, *e)
+				}
+				if err := w.del(key, cur); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		f.freeTracts(ctx, frees)
+		st.cacheMu.Lock()
+		st.blocks = nil
+		st.cacheMu.Unlock()
+	}
+}
+
+// liveBlocks lists up to max block starts at or after from whose newest
+// version is live.
+func (f *FS) liveBlocks(ctx context.Context, h Handle, from uint64, max int) ([]uint64, error) {
+	return f.liveVersioned(ctx, f.keys.block(h, from), endOf(f.keys.blockPrefix(h)), max, blockOffset)
+}
+
+// liveVersioned lists the prefixes in [from, to) whose newest version is
+// live, decoded by name, up to max.
+func (f *FS) liveVersioned(ctx context.Context, from, to []byte, max int, name func([]byte) (uint64, error)) ([]uint64, error) {
+	var out []uint64
+	var last []byte
+	stop := errors.New("stop")
+	err := f.meta.Scan(ctx, from, to, func(key, value []byte) error {
+		prefix, s, err := splitVersion(key)
+		if err != nil {
+			return err
+		}
+		if last != nil && string(prefix) == string(last) {
+			return nil
+		}
+		last = append(last[:0], prefix...)
+		v, _, err := parseVersion(s, value)
+		if err != nil {
+			return err
+		}
+		if !v.live() {
+			return nil
+		}
+		x, err := name(prefix)
+		if err != nil {
+			return err
+		}
+		out = append(out, x)
+		if len(out) >= max {
+			return stop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, stop) {
+		return nil, err
+	}
+	return out, nil
+}

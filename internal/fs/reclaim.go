@@ -1,0 +1,314 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/arbor-storage/arbor/internal/btree/tuple"
+)
+
+// Reclaiming objects that lost their last name (doc.go, Orphans).
+
+// orphaned is called after a transaction listed h as an orphan: it is
+// reclaimed now, or at its last close if it is open here.
+func (f *FS) orphaned(ctx context.Context, h Handle) {
+	f.filesMu.Lock()
+	st := f.files[h]
+	open := st != nil && st.opens > 0
+	if open {
+		st.unlinked = true
+	}
+	f.filesMu.Unlock()
+	if open {
+		return
+	}
+	if err := f.reclaim(ctx, h); err != nil {
+		f.log.Warn("reclaiming an unlinked object; left to the background", "handle", h, "err", err)
+	}
+}
+
+// discard drops what this client buffered for h if h is gone (its last
+// name was removed while it was not open).
+func (f *FS) discard(h Handle) {
+	st := f.pin(h, false)
+	if st == nil {
+		return
+	}
+	defer f.unpin(st)
+	f.filesMu.Lock()
+	open := st.opens > 0
+	f.filesMu.Unlock()
+	if open {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f.dropDirty(st)
+}
+
+// dropDirty forgets st's buffered writes.
+func (f *FS) dropDirty(st *file) {
+	for _, db := range st.dirty {
+		f.dirty.Add(-int64(db.size))
+	}
+	clear(st.dirty)
+	st.dirtyBytes = 0
+	st.sumMu.Lock()
+	st.hasDirty = false
+	st.sumMu.Unlock()
+}
+
+// reclaim deletes orphan h: its blocks (freeing the tracts no snapshot
+// needs), attributes and symlink chunks, then its inode and orphan record
+// in one transaction, then its blob once no snapshot needs it.
+func (f *FS) reclaim(ctx context.Context, h Handle) error {
+	k := f.keys
+	st := f.pin(h, true)
+	defer f.unpin(st)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	// Buffered writes to a dead file are dropped.
+	f.dropDirty(st)
+
+	n, err := f.headInode(ctx, h)
+	if errnoOf(err) == syscall.ENOENT {
+		return f.dropOrphanRecord(ctx, h)
+	}
+	if err != nil {
+		return err
+	}
+	if n.Nlink > 0 {
+		return f.dropOrphanRecord(ctx, h)
+	}
+	if n.Mode&sIFMT == sIFREG && (n.BlobExists || n.Size > 0) {
+		err := f.update(ctx, func(w *wtx) error {
+			cur, in, err := w.inode(k, h)
+			if err != nil || in.Nlink > 0 {
+				return err
+			}
+			if in.TrimFrom == 0 {
+				in.TrimFrom = 1
+			}
+			in.Size = 0
+			return w.setInode(k, h, cur, in)
+		})
+		if err != nil {
+			return err
+		}
+		if err := f.trim(ctx, st); err != nil {
+			return err
+		}
+	}
+	// Attributes, a few per transaction.
+	for {
+		names, err := f.ListXattr(ctx, h)
+		if err != nil {
+			return err
+		}
+		if len(names) == 0 {
+			break
+		}
+		names = names[:min(len(names), blocksPerTxn)]
+		err = f.update(ctx, func(w *wtx) error {
+			icur, in, err := w.inode(k, h)
+			if err != nil {
+				return err
+			}
+			for _, name := range names {
+				key := k.xattr(h, name)
+				cur, _, err := w.current(key)
+				if err != nil {
+					return err
+				}
+				if cur.live() {
+					if err := w.del(key, cur); err != nil {
+						return err
+					}
+					in.Xattrs = max(in.Xattrs, 1) - 1
+				}
+			}
+			return w.setInode(k, h, icur, in)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	var queued GUID
+	err = f.update(ctx, func(w *wtx) error {
+		queued = GUID{}
+		cur, in, err := w.inode(k, h)
+		if errnoOf(err) == syscall.ENOENT {
+			return w.tx.Delete(k.orphan(h))
+		}
+		if err != nil {
+			return err
+		}
+		if in.Nlink > 0 {
+			return w.tx.Delete(k.orphan(h))
+		}
+		if in.Mode&sIFMT == sIFLNK && uint64(len(in.Target)) != in.Size {
+			for i := uint64(0); i*symlinkChunkBytes < in.Size; i++ {
+				ck := k.symlinkChunk(h, i)
+				ccur, _, err := w.current(ck)
+				if err != nil {
+					return err
+				}
+				if err := w.del(ck, ccur); err != nil {
+					return err
+				}
+			}
+		}
+		gone := w.delRemovesAll(cur)
+		if err := w.del(k.inode(h), cur); err != nil {
+			return err
+		}
+		if gone && in.BlobExists {
+			queued = in.Blob
+			if err := w.tx.Put(k.blobQueue(in.Blob), nil); err != nil {
+				return err
+			}
+		}
+		return w.tx.Delete(k.orphan(h))
+	})
+	if err != nil {
+		return err
+	}
+	st.cacheMu.Lock()
+	st.known, st.blocks = false, nil
+	st.cacheMu.Unlock()
+	if !queued.IsZero() {
+		return f.deleteQueuedBlob(ctx, queued)
+	}
+	return nil
+}
+
+// delRemovesAll reports whether del(cur) leaves no version of the key.
+func (w *wtx) delRemovesAll(cur version) bool {
+	return (cur.S == w.epoch || !w.shared(cur)) && !cur.HasOlder
+}
+
+func (f *FS) dropOrphanRecord(ctx context.Context, h Handle) error {
+	return f.update(ctx, func(w *wtx) error { return w.tx.Delete(f.keys.orphan(h)) })
+}
+
+// deleteQueuedBlob deletes a blob listed in the blob queue, then its entry.
+func (f *FS) deleteQueuedBlob(ctx context.Context, g GUID) error {
+	for _, db := range []GUID{g} {
+		if err := f.data.DeleteBlob(ctx, db); err != nil && !errors.Is(err, ErrBlobNotFound) {
+			return storeErr("delete blob", err)
+		}
+	}
+	return f.meta.Update(ctx, func(tx MetaTxn) error { return tx.Delete(f.keys.blobQueue(g)) })
+}
+
+// ReclaimOrphans reclaims the orphans no live mount may hold open: those
+// of mounts whose session expired (all: every orphan not open here), and
+// deletes the blobs queued for deletion. Mounts run it in the background;
+// fsck --repair runs it with all.
+func (f *FS) ReclaimOrphans(ctx context.Context, all bool) error {
+	if f.readOnly {
+		return nil
+	}
+	k := f.keys
+	sessions := map[uint64]int64{}
+	sp := k.sessionPrefix()
+	err := f.meta.Scan(ctx, sp, endOf(sp), func(key, value []byte) error {
+		t, err := tuple.Unpack(key)
+		if err != nil || len(t) != 3 {
+			return fmt.Errorf("%w: session key %x", errCorrupt, key)
+		}
+		id, _ := t[2].(int64)
+		rec, err := decodeSessionRecord(value)
+		if err != nil {
+			return err
+		}
+		sessions[uint64(id)] = rec.Seen
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	type orphan struct {
+		h   Handle
+		rec *orphanRecord
+	}
+	var orphans []orphan
+	op := k.orphanPrefix()
+	err = f.meta.Scan(ctx, op, endOf(op), func(key, value []byte) error {
+		t, err := tuple.Unpack(key)
+		if err != nil || len(t) != 4 {
+			return fmt.Errorf("%w: orphan key %x", errCorrupt, key)
+		}
+		d, ok1 := asUint(t[2])
+		c, ok2 := asUint(t[3])
+		if !ok1 || !ok2 {
+			return fmt.Errorf("%w: orphan key %x", errCorrupt, key)
+		}
+		rec, err := decodeOrphanRecord(value)
+		if err != nil {
+			return err
+		}
+		orphans = append(orphans, orphan{Handle{D: d, C: c}, rec})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	expired := f.now().Add(-sessionExpiry).UnixNano()
+	var errs []error
+	for _, o := range orphans {
+		if f.isOpen(o.h) {
+			continue
+		}
+		seen, live := sessions[o.rec.Mount]
+		if o.rec.Mount != f.mountID && live && seen > expired && !all {
+			continue
+		}
+		if err := f.reclaim(ctx, o.h); err != nil {
+			errs = append(errs, fmt.Errorf("orphan %v: %w", o.h, err))
+		}
+	}
+	var queued []GUID
+	bp := k.blobQueuePrefix()
+	err = f.meta.Scan(ctx, bp, endOf(bp), func(key, _ []byte) error {
+		t, err := tuple.Unpack(key)
+		if err != nil || len(t) != 3 {
+			return fmt.Errorf("%w: blob queue key %x", errCorrupt, key)
+		}
+		b, ok := t[2].([]byte)
+		if !ok || len(b) != len(GUID{}) {
+			return fmt.Errorf("%w: blob queue key %x", errCorrupt, key)
+		}
+		var g GUID
+		copy(g[:], b)
+		queued = append(queued, g)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, g := range queued {
+		if err := f.deleteQueuedBlob(ctx, g); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Sessions long expired are dropped.
+	for id, seen := range sessions {
+		if id != f.mountID && seen < f.now().Add(-10*sessionExpiry).UnixNano() {
+			errs = append(errs, f.meta.Update(ctx, func(tx MetaTxn) error { return tx.Delete(k.session(id)) }))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func asUint(e any) (uint64, bool) {
+	switch v := e.(type) {
+	case int64:
+		return uint64(v), v >= 0
+	case uint64:
+		return v, true
+	}
+	return 0, false
+}

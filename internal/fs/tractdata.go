@@ -1,0 +1,178 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/arbor-storage/arbor/internal/tract"
+	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
+)
+
+// TractData adapts the tract store's client (internal/tract, FDS §2.1) to
+// DataStore: each file's blob is a tract store blob of the same GUID.
+// Open blobs are kept (a tract.Blob carries the blob's incarnation and
+// known length, which every read and write sends), bounded in number.
+type TractData struct {
+	c           *tract.Client
+	tractSize   int
+	replication int
+
+	mu    sync.Mutex
+	blobs map[GUID]*tract.Blob
+}
+
+// maxOpenBlobs bounds the open blobs a TractData keeps; past it, it
+// forgets them all (reopening costs one metadata round trip).
+const maxOpenBlobs = 4096
+
+var _ DataStore = (*TractData)(nil)
+var _ TractLengther = (*TractData)(nil)
+
+// NewTractData returns a DataStore over c; replication is each new blob's
+// replication level (0: the TLT's). It asks the cluster its tract size.
+func NewTractData(ctx context.Context, c *tract.Client, replication int) (*TractData, error) {
+	ts, err := c.TractSize(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fs: the tract store's tract size: %w", err)
+	}
+	return &TractData{c: c, tractSize: ts, replication: replication, blobs: map[GUID]*tract.Blob{}}, nil
+}
+
+// TractSize implements DataStore.
+func (d *TractData) TractSize() int { return d.tractSize }
+
+func tractErr(op string, g GUID, err error) error {
+	if err == nil {
+		return nil
+	}
+	if tract.CodeOf(err) == tpb.ErrorCode_BLOB_NOT_FOUND {
+		return fmt.Errorf("%s %s: %w", op, g, errors.Join(ErrBlobNotFound, err))
+	}
+	return fmt.Errorf("%s %s: %w", op, g, err)
+}
+
+func (d *TractData) remember(g GUID, b *tract.Blob) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.blobs) >= maxOpenBlobs {
+		clear(d.blobs)
+	}
+	d.blobs[g] = b
+}
+
+func (d *TractData) forget(g GUID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.blobs, g)
+}
+
+// blob returns the open blob g, opening it if needed.
+func (d *TractData) blob(ctx context.Context, g GUID) (*tract.Blob, error) {
+	d.mu.Lock()
+	b := d.blobs[g]
+	d.mu.Unlock()
+	if b != nil {
+		return b, nil
+	}
+	b, err := d.c.OpenBlob(ctx, tract.GUID(g))
+	if err != nil {
+		return nil, tractErr("open blob", g, err)
+	}
+	d.remember(g, b)
+	return b, nil
+}
+
+// CreateBlob implements DataStore.
+func (d *TractData) CreateBlob(ctx context.Context, g GUID) error {
+	b, err := d.c.CreateBlob(ctx, tract.GUID(g), d.replication)
+	if tract.CodeOf(err) == tpb.ErrorCode_BLOB_EXISTS {
+		return nil
+	}
+	if err != nil {
+		return tractErr("create blob", g, err)
+	}
+	d.remember(g, b)
+	return nil
+}
+
+// DeleteBlob implements DataStore.
+func (d *TractData) DeleteBlob(ctx context.Context, g GUID) error {
+	d.forget(g)
+	err := d.c.DeleteBlob(ctx, tract.GUID(g))
+	if tract.CodeOf(err) == tpb.ErrorCode_BLOB_NOT_FOUND {
+		return nil
+	}
+	return tractErr("delete blob", g, err)
+}
+
+// withBlob runs fn on the open blob g; if the blob was deleted and
+// created again since it was opened, it reopens it once.
+func (d *TractData) withBlob(ctx context.Context, op string, g GUID, fn func(b *tract.Blob) error) error {
+	for attempt := 0; ; attempt++ {
+		b, err := d.blob(ctx, g)
+		if err != nil {
+			return err
+		}
+		err = fn(b)
+		if err != nil && attempt == 0 && tract.CodeOf(err) == tpb.ErrorCode_BLOB_NOT_FOUND {
+			d.forget(g)
+			continue
+		}
+		return tractErr(op, g, err)
+	}
+}
+
+// Extend implements DataStore.
+func (d *TractData) Extend(ctx context.Context, g GUID, n uint64) (uint64, error) {
+	var first uint64
+	err := d.withBlob(ctx, "extend blob", g, func(b *tract.Blob) error {
+		size, err := b.Extend(ctx, n)
+		if err != nil {
+			return err
+		}
+		first = size - n
+		return nil
+	})
+	return first, err
+}
+
+// WriteTract implements DataStore.
+func (d *TractData) WriteTract(ctx context.Context, g GUID, i uint64, data []byte) error {
+	return d.withBlob(ctx, "write tract", g, func(b *tract.Blob) error { return b.WriteTract(ctx, i, data) })
+}
+
+// ReadTract implements DataStore.
+func (d *TractData) ReadTract(ctx context.Context, g GUID, i uint64) ([]byte, error) {
+	var out []byte
+	err := d.withBlob(ctx, "read tract", g, func(b *tract.Blob) error {
+		var err error
+		out, err = b.ReadTract(ctx, i)
+		return err
+	})
+	return out, err
+}
+
+// TractLength implements TractLengther (fsck).
+func (d *TractData) TractLength(ctx context.Context, g GUID, i uint64) (int, error) {
+	var n int
+	err := d.withBlob(ctx, "tract length", g, func(b *tract.Blob) error {
+		var err error
+		n, err = b.TractLength(ctx, i)
+		return err
+	})
+	return n, err
+}
+
+// BlobTracts implements DataStore.
+func (d *TractData) BlobTracts(ctx context.Context, g GUID) (uint64, bool, error) {
+	b, err := d.c.OpenBlob(ctx, tract.GUID(g))
+	if tract.CodeOf(err) == tpb.ErrorCode_BLOB_NOT_FOUND {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, tractErr("stat blob", g, err)
+	}
+	return b.Info().Tracts, true, nil
+}

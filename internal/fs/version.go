@@ -1,0 +1,142 @@
+package fs
+
+import (
+	"github.com/arbor-storage/arbor/internal/btree/tuple"
+)
+
+// wtx is a write transaction at epoch W with the snapshot set that was
+// current when the superblock was read (doc.go, Snapshots). Every
+// versioned read-modify-write goes through it, so the copy-on-write rules
+// are in one place.
+type wtx struct {
+	tx    MetaTxn
+	epoch uint64
+	snaps *snapSet
+	sb    *superblock
+	sbKey []byte
+	// sbDirty: the superblock was changed and must be written back.
+	sbDirty bool
+}
+
+// current reads the newest version of prefix. It reads by a scan, which
+// the store charges per leaf page: reading keys that share a page with
+// keys the transaction already read (a directory's inode, names and
+// cookies; a file's inode and blocks) costs nothing more. Only written
+// keys are charged one each.
+func (w *wtx) current(prefix []byte) (version, []byte, error) {
+	kvs, err := w.tx.Scan(versioned(prefix, w.epoch), tuple.PrefixEnd(prefix), 1)
+	if err != nil {
+		return version{}, nil, err
+	}
+	if len(kvs) == 0 {
+		return version{}, nil, nil
+	}
+	_, s, err := splitVersion(kvs[0].Key)
+	if err != nil {
+		return version{}, nil, err
+	}
+	return parseVersion(s, kvs[0].Value)
+}
+
+func parseVersion(s uint64, v []byte) (version, []byte, error) {
+	flags, payload, err := decodeVersioned(v)
+	if err != nil {
+		return version{}, nil, err
+	}
+	return version{Found: true, S: s, Tombstone: flags&flagTombstone != 0, HasOlder: flags&flagHasOlder != 0}, payload, nil
+}
+
+// shared reports whether the version is seen by a snapshot, so it must be
+// kept as it is and a change must be a new version at W.
+func (w *wtx) shared(v version) bool {
+	return v.Found && v.S < w.epoch && w.snaps.anyIn(v.S, w.epoch-1)
+}
+
+// put writes payload as the newest version of prefix, whose current
+// version is cur.
+func (w *wtx) put(prefix []byte, cur version, payload []byte) error {
+	switch {
+	case !cur.Found:
+		return w.tx.Put(versioned(prefix, w.epoch), encodeVersioned(0, payload))
+	case cur.S == w.epoch || !w.shared(cur):
+		// Nobody else sees cur: replace it where it is. A tombstone always
+		// has older versions below it.
+		var flags byte
+		if cur.HasOlder || cur.Tombstone {
+			flags = flagHasOlder
+		}
+		return w.tx.Put(versioned(prefix, cur.S), encodeVersioned(flags, payload))
+	default:
+		return w.tx.Put(versioned(prefix, w.epoch), encodeVersioned(flagHasOlder, payload))
+	}
+}
+
+// putVersion returns the snapshot number put writes at given cur.
+func (w *wtx) putVersion(cur version) uint64 {
+	if cur.Found && (cur.S == w.epoch || !w.shared(cur)) {
+		return cur.S
+	}
+	return w.epoch
+}
+
+// del removes prefix from W on, whose current version is cur (live).
+func (w *wtx) del(prefix []byte, cur version) error {
+	switch {
+	case !cur.Found || cur.Tombstone:
+		return nil
+	case cur.S == w.epoch || !w.shared(cur):
+		if cur.HasOlder {
+			return w.tx.Put(versioned(prefix, cur.S), encodeVersioned(flagTombstone|flagHasOlder, nil))
+		}
+		return w.tx.Delete(versioned(prefix, cur.S))
+	default:
+		return w.tx.Put(versioned(prefix, w.epoch), encodeVersioned(flagTombstone|flagHasOlder, nil))
+	}
+}
+
+// putFresh writes a key that has never existed (a new cookie, a new
+// object's inode).
+func (w *wtx) putFresh(prefix []byte, payload []byte) error {
+	return w.tx.Put(versioned(prefix, w.epoch), encodeVersioned(0, payload))
+}
+
+// readAt reads the version of prefix a reader at snapshot s sees, in a
+// transaction.
+func readAt(tx MetaTxn, prefix []byte, s uint64) (version, []byte, error) {
+	kvs, err := tx.Scan(versioned(prefix, s), tuple.PrefixEnd(prefix), 1)
+	if err != nil {
+		return version{}, nil, err
+	}
+	if len(kvs) == 0 {
+		return version{}, nil, nil
+	}
+	_, vs, err := splitVersion(kvs[0].Key)
+	if err != nil {
+		return version{}, nil, err
+	}
+	return parseVersion(vs, kvs[0].Value)
+}
+
+// snapSet is the set of snapshot numbers with a record in the metadata
+// (live or being deleted), sorted.
+type snapSet struct {
+	nums []uint64
+}
+
+// anyIn reports whether a snapshot numbered in [lo, hi] exists.
+func (s *snapSet) anyIn(lo, hi uint64) bool {
+	if s == nil || lo > hi {
+		return false
+	}
+	// First number >= lo.
+	i, j := 0, len(s.nums)
+	for i < j {
+		m := (i + j) / 2
+		if s.nums[m] < lo {
+			i = m + 1
+		} else {
+			j = m
+		}
+	}
+	return i < len(s.nums) && s.nums[i] <= hi
+}
