@@ -14,6 +14,8 @@ LDFLAGS := -X github.com/arbor-storage/arbor/internal/buildinfo.version=$(VERSIO
 # (e.g. DEV_FLAGS="--nodes 3 --faults fail=0.01").
 DEV_DIR ?= /tmp/arbor
 DEV_FLAGS ?=
+# Where `make dev` mounts the file system "default" (empty: no mount).
+DEV_MOUNT ?= /tmp/arbor-mnt
 
 .PHONY: bench all build deps dev proto lint test test-short fuzz bench soak clean
 
@@ -27,7 +29,7 @@ deps:
 
 # Runs a local cluster in the foreground until Ctrl-C (see README.md).
 dev: deps build
-	./bin/arbor dev --dir $(DEV_DIR) $(DEV_FLAGS)
+	./bin/arbor dev --dir $(DEV_DIR) $(if $(DEV_MOUNT),--mount $(DEV_MOUNT)) $(DEV_FLAGS)
 
 # Regenerates the committed protobuf code; needs protoc and the plugins that
 # scripts/install-deps.sh installs. A normal build needs only Go.

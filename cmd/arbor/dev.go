@@ -21,6 +21,7 @@ func newDevCmd(a *app) *cobra.Command {
 		nodes        int
 		voters       int
 		faultSpec    string
+		mountDir     string
 		startTimeout = devcluster.DefaultStartTimeout
 		stopTimeout  = devcluster.DefaultStopTimeout
 	)
@@ -73,7 +74,7 @@ state: same node ids and, when they are free, the same ports. The first
 				StartTimeout:    startTimeout,
 				StopTimeout:     stopTimeout,
 				Logger:          a.logger,
-			})
+			}, mountDir)
 		},
 	}
 	fl := cmd.Flags()
@@ -82,13 +83,14 @@ state: same node ids and, when they are free, the same ports. The first
 	fl.IntVar(&nodes, "nodes", 0, fmt.Sprintf("number of nodes (default %d, or as saved in --dir)", devcluster.DefaultNodes))
 	fl.IntVar(&voters, "directory-voters", 0, fmt.Sprintf("how many of the first nodes are directory voters: 1, 3 or 5 (default %d, or as saved)", devcluster.DefaultDirectoryVoters))
 	fl.StringVar(&faultSpec, "faults", "", "fault injection for every node (see arbor server --help); $"+faultsEnv+" also reaches the nodes")
+	fl.StringVar(&mountDir, "mount", "", "once healthy, create the file system \""+devFileSystem+"\" if missing and mount it here (FUSE)")
 	fl.DurationVar(&startTimeout, "start-timeout", startTimeout, "how long to wait for the cluster to be healthy")
 	fl.DurationVar(&stopTimeout, "stop-timeout", stopTimeout, "how long a node gets to stop before it is killed")
 	return cmd
 }
 
 // runDev runs the cluster until ctx ends (SIGINT or SIGTERM).
-func runDev(ctx context.Context, a *app, opts devcluster.Options) (err error) {
+func runDev(ctx context.Context, a *app, opts devcluster.Options, mountDir string) (err error) {
 	c, err := devcluster.Open(opts)
 	if err != nil {
 		return err
@@ -109,6 +111,23 @@ func runDev(ctx context.Context, a *app, opts devcluster.Options) (err error) {
 		return err
 	}
 	printDevCluster(a, c)
+	if mountDir != "" {
+		m, err := devMount(ctx, a, c, mountDir)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		defer func() {
+			fmt.Fprintln(a.stderr, "arbor dev: unmounting", mountDir)
+			cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if merr := m.Close(cctx); merr != nil {
+				err = errors.Join(err, fmt.Errorf("unmount %s: %w", mountDir, merr))
+			}
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
