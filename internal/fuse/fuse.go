@@ -224,6 +224,8 @@ func caller(ctx context.Context) fs.Cred {
 // child returns the kernel inode of the object a describes, making it if
 // the kernel does not know it yet.
 func (n *node) child(ctx context.Context, a *fs.Attr, out *gofuse.EntryOut) *gofs.Inode {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	fillAttr(a, &out.Attr)
 	if a.Mode&syscall.S_IFMT == syscall.S_IFREG {
 		n.r.mu.Lock()
@@ -237,6 +239,8 @@ func (n *node) child(ctx context.Context, a *fs.Attr, out *gofuse.EntryOut) *gof
 
 // Lookup implements NodeLookuper.
 func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	a, err := n.r.fsys.Lookup(ctx, n.h, name)
 	if err != nil {
 		return nil, n.r.errno("lookup", err)
@@ -246,6 +250,8 @@ func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*
 
 // Getattr implements NodeGetattrer.
 func (n *node) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	a, err := n.r.fsys.GetAttr(ctx, n.h)
 	if err != nil {
 		return n.r.errno("getattr", err)
@@ -256,6 +262,8 @@ func (n *node) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofuse.AttrO
 
 // Setattr implements NodeSetattrer.
 func (n *node) Setattr(ctx context.Context, _ gofs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	var s fs.SetAttrIn
 	if m, ok := in.GetMode(); ok {
 		s.Valid |= fs.SetMode
@@ -302,6 +310,8 @@ func (n *node) Setattr(ctx context.Context, _ gofs.FileHandle, in *gofuse.SetAtt
 
 // Create implements NodeCreater.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	a, err := n.r.fsys.Create(ctx, n.h, name, mode&^syscall.S_IFMT|syscall.S_IFREG, caller(ctx))
 	if err != nil {
 		return nil, nil, 0, n.r.errno("create", err)
@@ -316,6 +326,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 
 // Mknod implements NodeMknoder.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	a, err := n.r.fsys.Mknod(ctx, n.h, name, mode, uint64(dev), caller(ctx))
 	if err != nil {
 		return nil, n.r.errno("mknod", err)
@@ -325,6 +337,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 
 // Mkdir implements NodeMkdirer.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	a, err := n.r.fsys.Mkdir(ctx, n.h, name, mode&^syscall.S_IFMT|syscall.S_IFDIR, caller(ctx))
 	if err != nil {
 		return nil, n.r.errno("mkdir", err)
@@ -334,6 +348,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.
 
 // Symlink implements NodeSymlinker.
 func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	a, err := n.r.fsys.Symlink(ctx, n.h, name, target, caller(ctx))
 	if err != nil {
 		return nil, n.r.errno("symlink", err)
@@ -343,6 +359,8 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.Ent
 
 // Readlink implements NodeReadlinker.
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	t, err := n.r.fsys.Readlink(ctx, n.h)
 	if err != nil {
 		return nil, n.r.errno("readlink", err)
@@ -352,6 +370,8 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 
 // Link implements NodeLinker.
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	t, ok := target.(*node)
 	if !ok {
 		return nil, syscall.EXDEV
@@ -365,16 +385,22 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 
 // Unlink implements NodeUnlinker.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	return n.r.errno("unlink", n.r.fsys.Unlink(ctx, n.h, name))
 }
 
 // Rmdir implements NodeRmdirer.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	return n.r.errno("rmdir", n.r.fsys.Rmdir(ctx, n.h, name))
 }
 
 // Rename implements NodeRenamer.
 func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	p, ok := newParent.(*node)
 	if !ok {
 		return syscall.EXDEV
@@ -384,6 +410,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 
 // Statfs implements NodeStatfser.
 func (n *node) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Errno {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	s, err := n.r.fsys.StatFS(ctx)
 	if err != nil {
 		return n.r.errno("statfs", err)
@@ -396,6 +424,8 @@ func (n *node) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Errno 
 
 // Getxattr implements NodeGetxattrer.
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	v, err := n.r.fsys.GetXattr(ctx, n.h, attr)
 	if err != nil {
 		return 0, n.r.errno("getxattr", err)
@@ -411,11 +441,15 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 
 // Setxattr implements NodeSetxattrer.
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	return n.r.errno("setxattr", n.r.fsys.SetXattr(ctx, n.h, attr, data, flags))
 }
 
 // Listxattr implements NodeListxattrer.
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	names, err := n.r.fsys.ListXattr(ctx, n.h)
 	if err != nil {
 		return 0, n.r.errno("listxattr", err)
@@ -435,6 +469,8 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 
 // Removexattr implements NodeRemovexattrer.
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	return n.r.errno("removexattr", n.r.fsys.RemoveXattr(ctx, n.h, attr))
 }
 
@@ -443,6 +479,8 @@ func (n *node) OnForget() { n.r.forget(fs.InoOf(n.h)) }
 
 // Open implements NodeOpener: close-to-open, see the package comment.
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	if n.r.fsys.ReadOnly() && flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 {
 		return nil, 0, syscall.EROFS
 	}
@@ -459,6 +497,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 
 // OpendirHandle implements NodeOpendirHandler.
 func (n *node) OpendirHandle(ctx context.Context, _ uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	if _, err := n.r.fsys.GetAttr(ctx, n.h); err != nil {
 		return nil, 0, n.r.errno("opendir", err)
 	}
@@ -485,6 +525,8 @@ var (
 
 // Read implements FileReader.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	n, err := h.r.fsys.Read(ctx, h.h, off, dest)
 	if err != nil {
 		return nil, h.r.errno("read", err)
@@ -494,6 +536,8 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadR
 
 // Write implements FileWriter.
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	n, err := h.r.fsys.Write(ctx, h.h, off, data)
 	if err != nil {
 		return uint32(n), h.r.errno("write", err)
@@ -503,6 +547,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 // Flush implements FileFlusher: close flushes (close-to-open).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	if h.r.fsys.ReadOnly() {
 		return 0
 	}
@@ -511,6 +557,8 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 
 // Fsync implements FileFsyncer.
 func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	if h.r.fsys.ReadOnly() {
 		return 0
 	}
@@ -532,6 +580,19 @@ func (h *handle) Release(context.Context) syscall.Errno {
 	}
 	return h.r.errno("release", err)
 }
+
+// opContext detaches an operation from the kernel's interrupts. The Go
+// runtime preempts threads with signals, and the kernel turns a signal
+// during a FUSE call into an interrupt that cancels the request's context:
+// metadata transactions would give up half way (a create that committed
+// but answered EIO). Operations run to the end instead, bounded by
+// opTimeout (the stores retry failures inside it).
+func opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+}
+
+// opTimeout bounds one operation; past it the caller gets EIO.
+const opTimeout = 10 * time.Minute
 
 // releaseTimeout bounds the flush at a file's last close.
 const releaseTimeout = 5 * time.Minute
@@ -556,6 +617,8 @@ const readdirBatch = 256
 
 // Readdirent implements FileReaddirenter.
 func (d *dirHandle) Readdirent(ctx context.Context) (*gofuse.DirEntry, syscall.Errno) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch d.pos {
