@@ -73,9 +73,21 @@ func (f *kvFlags) decode(what, s string) ([]byte, error) {
 	}
 	b, err := hex.DecodeString(s)
 	if err != nil {
-		return nil, fmt.Errorf("%s %q is not hex: %w", what, s, err)
+		return nil, fmt.Errorf("%s %s is not hex: %w", what, quoteArg(s), err)
 	}
 	return b, nil
+}
+
+// maxQuotedArg bounds how much of a key or value an error message quotes:
+// a key refused for being too large would otherwise fill the screen.
+const maxQuotedArg = 64
+
+// quoteArg quotes s for an error message, cut to maxQuotedArg bytes.
+func quoteArg(s string) string {
+	if len(s) <= maxQuotedArg {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", s[:maxQuotedArg], len(s))
 }
 
 func (f *kvFlags) encode(b []byte) string {
@@ -130,10 +142,10 @@ newline, which the line formats below cannot carry).`,
 			return run(cmd, &getF, func(ctx context.Context, tr *btree.Tree) error {
 				v, ok, err := tr.Get(ctx, k)
 				if err != nil {
-					return fmt.Errorf("get %q: %w", args[0], err)
+					return fmt.Errorf("get %s: %w", quoteArg(args[0]), err)
 				}
 				if !ok {
-					return fmt.Errorf("get %q: %w", args[0], btree.ErrNotFound)
+					return fmt.Errorf("get %s: %w", quoteArg(args[0]), btree.ErrNotFound)
 				}
 				_, err = fmt.Fprintln(a.stdout, getF.encode(v))
 				return err
@@ -170,7 +182,7 @@ bad; then the pairs are written in transactions of 15 consecutive lines,
 				}
 				return run(cmd, &putF, func(ctx context.Context, tr *btree.Tree) error {
 					if err := tr.Put(ctx, k, v); err != nil {
-						return fmt.Errorf("put %q: %w", args[0], err)
+						return fmt.Errorf("put %s: %w", quoteArg(args[0]), err)
 					}
 					return nil
 				})
@@ -209,7 +221,15 @@ bad; then the pairs are written in transactions of 15 consecutive lines,
 	del := &cobra.Command{
 		Use:   "del KEY...",
 		Short: "Delete keys (at most 15, in one transaction); deleting an absent key is no error",
-		Args:  cobra.RangeArgs(1, btree.MaxTxnValues),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errors.New("del needs at least one key")
+			}
+			if len(args) > btree.MaxTxnValues {
+				return fmt.Errorf("%w: del of %d keys, a transaction touches at most %d: nothing deleted", btree.ErrTooManyValues, len(args), btree.MaxTxnValues)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var keys [][]byte
 			for _, s := range args {
@@ -531,7 +551,7 @@ func readTxn(r io.Reader, f *kvFlags) ([]txnOp, error) {
 		op.kind = fields[0]
 		want := map[string]int{"get": 2, "del": 2, "put": 3}[op.kind]
 		if want == 0 {
-			return nil, fmt.Errorf("line %d: unknown operation %q (get, put or del): nothing done", n+1, op.kind)
+			return nil, fmt.Errorf("line %d: unknown operation %s (get, put or del): nothing done", n+1, quoteArg(op.kind))
 		}
 		if len(fields) != want {
 			return nil, fmt.Errorf("line %d: %s takes %d tab-separated fields, got %d: nothing done", n+1, op.kind, want-1, len(fields)-1)

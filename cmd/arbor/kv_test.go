@@ -140,8 +140,12 @@ func TestKVBadInputChangesNothing(t *testing.T) {
 		{"txn missing field", "put\ta\n", []string{"txn"}, "put takes 2 tab-separated fields, got 1"},
 		{"txn 16 keys", sixteen.String(), []string{"txn"}, "more than 15 distinct keys"},
 		{"txn empty", "\n", []string{"txn"}, "no operations"},
-		{"del 16 keys", "", append([]string{"del"}, strings.Fields(strings.Repeat("k ", 16))...), "accepts between 1 and 15 arg(s)"},
+		{"del 16 keys", "", append([]string{"del"}, strings.Fields(strings.Repeat("k ", 16))...), "too many values in one transaction: del of 16 keys"},
 		{"reversed scan", "", []string{"scan", "z", "a"}, "bad key range"},
+		{"del no key", "", []string{"del"}, "at least one key"},
+		{"oversize key quoted short", "", []string{"put", long, "v"}, "... (1025 bytes): btree: key too large"},
+		{"txn oversize key", "put\t" + long + "\tv\n", []string{"txn"}, "key too large"},
+		{"txn oversize value", "put\ta\t" + strings.Repeat("v", btree.DefaultMaxValueBytes+1) + "\n", []string{"txn"}, "value too large"},
 	}
 	for _, c := range cases {
 		_, err := m.run(t, c.stdin, c.args...)
@@ -229,4 +233,92 @@ func TestKVOnDevCluster(t *testing.T) {
 	if os.Getenv("ARBOR_TEST_DEBUG") != "" {
 		t.Log(out)
 	}
+}
+
+// FuzzReadTxn: the `kv txn` input decoder never panics, and what it accepts
+// is a well-formed transaction (known operations, at most 15 distinct
+// keys) that, written out again, decodes to the same operations.
+func FuzzReadTxn(f *testing.F) {
+	f.Add("get\ta\nput\ta\tb\ndel\tc\n", false)
+	f.Add("put\t00ff\t0a09\r\nget\t00ff\n", true)
+	f.Add("put\ta\n", false)
+	f.Add("incr\ta\n", false)
+	f.Add("\n\n", false)
+	f.Add("put\tzz\t01\n", true)
+	f.Fuzz(func(t *testing.T, in string, hexMode bool) {
+		fl := &kvFlags{hex: hexMode}
+		ops, err := readTxn(strings.NewReader(in), fl)
+		if err != nil {
+			if len(ops) != 0 {
+				t.Fatalf("error %v with %d operations", err, len(ops))
+			}
+			return
+		}
+		if len(ops) == 0 {
+			t.Fatal("no error and no operations")
+		}
+		keys := map[string]bool{}
+		var out strings.Builder
+		for _, op := range ops {
+			keys[string(op.key)] = true
+			switch op.kind {
+			case "get", "del":
+				if op.value != nil {
+					t.Fatalf("%s with a value", op.kind)
+				}
+				fmt.Fprintf(&out, "%s\t%s\n", op.kind, fl.encode(op.key))
+			case "put":
+				fmt.Fprintf(&out, "put\t%s\t%s\n", fl.encode(op.key), fl.encode(op.value))
+			default:
+				t.Fatalf("accepted operation %q", op.kind)
+			}
+		}
+		if len(keys) > btree.MaxTxnValues {
+			t.Fatalf("accepted %d distinct keys", len(keys))
+		}
+		again, err := readTxn(strings.NewReader(out.String()), fl)
+		if err != nil {
+			t.Fatalf("re-encoded input %q refused: %v", out.String(), err)
+		}
+		if len(again) != len(ops) {
+			t.Fatalf("re-encoded input gives %d operations, want %d", len(again), len(ops))
+		}
+		for i := range ops {
+			if again[i].kind != ops[i].kind || !bytes.Equal(again[i].key, ops[i].key) || !bytes.Equal(again[i].value, ops[i].value) {
+				t.Fatalf("operation %d: %+v, then %+v", i, ops[i], again[i])
+			}
+		}
+	})
+}
+
+// FuzzReadPairs: the `kv put --stdin` decoder never panics, and what it
+// accepts, written out again, decodes to the same pairs.
+func FuzzReadPairs(f *testing.F) {
+	f.Add("a\t1\nb\t2\n", false)
+	f.Add("00\t01\r\n\nff\t\n", true)
+	f.Add("a 1\n", false)
+	f.Add("a\t1\tx\n", false)
+	f.Fuzz(func(t *testing.T, in string, hexMode bool) {
+		fl := &kvFlags{hex: hexMode}
+		pairs, err := readPairs(strings.NewReader(in), fl)
+		if err != nil {
+			return
+		}
+		var out strings.Builder
+		for _, p := range pairs {
+			fmt.Fprintf(&out, "%s\t%s\n", fl.encode(p.Key), fl.encode(p.Value))
+		}
+		again, err := readPairs(strings.NewReader(out.String()), fl)
+		if err != nil {
+			t.Fatalf("re-encoded input %q refused: %v", out.String(), err)
+		}
+		if len(again) != len(pairs) {
+			t.Fatalf("re-encoded input gives %d pairs, want %d", len(again), len(pairs))
+		}
+		for i := range pairs {
+			if !bytes.Equal(again[i].Key, pairs[i].Key) || !bytes.Equal(again[i].Value, pairs[i].Value) {
+				t.Fatalf("pair %d: %q=%q, then %q=%q", i, pairs[i].Key, pairs[i].Value, again[i].Key, again[i].Value)
+			}
+		}
+	})
 }
