@@ -268,6 +268,18 @@ func (c *cluster) waitLeader(id uint64) {
 	c.t.Fatalf("extent %d has no leader", id)
 }
 
+// leaderOf returns the node leading extent id's group, or 0 if none does.
+func (c *cluster) leaderOf(id uint64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for nid, tn := range c.nodes {
+		if st, err := tn.engine.Status(id); err == nil && st.IsLeader() {
+			return nid
+		}
+	}
+	return 0
+}
+
 // client returns an extent client of the cluster; inj, if set, faults its
 // calls.
 func (c *cluster) client(inj *faults.Injector) *extent.Client {

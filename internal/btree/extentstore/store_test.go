@@ -215,22 +215,32 @@ func TestModelSequentialOnExtents(t *testing.T) {
 }
 
 // TestModelConcurrentOnExtents: concurrent clients on real extents, with
-// faulted client calls, client restarts, and node kills: one node at a
-// time is crashed (kill -9: unsynced data lost) and restarted, so extents
-// lose their leader and elect another. The history must linearize and
-// the tree check clean.
+// faulted client calls (lost requests and replies, delays, duplicates),
+// client restarts, and node kills: one node at a time is crashed (kill -9:
+// unsynced data lost) and restarted, every other time the leader of one of
+// the tree's extents, so extents lose their leader and elect another. The
+// history must linearize and the tree check clean. BTREE_MODEL_ROUNDS sets
+// the rounds (default 3, 1 with -short) for longer runs.
 func TestModelConcurrentOnExtents(t *testing.T) {
 	seed := testSeed(t)
 	t.Logf("seed %d (BTREE_SEED=%d to replay)", seed, seed)
 	e := newEnv(t, seed)
 	var injMu sync.Mutex
 	var injs []*faults.Injector
-	var failRate float64 // for the injectors of clients opened from now on
+	var faultCfg faults.Config // for the injectors of clients opened from now on
 	clients, ops, rounds := 4, 200, 3
 	if testing.Short() {
 		ops, rounds = 100, 1
 	}
+	if s := os.Getenv("BTREE_MODEL_ROUNDS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			t.Fatalf("BTREE_MODEL_ROUNDS=%q: want a positive number", s)
+		}
+		rounds = v
+	}
 	var final map[string]string
+	totalOps, totalAmbiguous, totalKills, totalLeaderKills := 0, 0, 0, 0
 	for round := range rounds {
 		rep := btreetest.RunConcurrent(t, btreetest.Options{
 			Seed: seed + uint64(round), Clients: clients, OpsPerClient: ops, Keys: 100, RestartOneIn: 30, OpTimeout: 60 * time.Second,
@@ -238,35 +248,57 @@ func TestModelConcurrentOnExtents(t *testing.T) {
 			Initial:      final,
 			Open: func(t testing.TB) *btree.Tree {
 				injMu.Lock()
-				inj := injector(t, seed+uint64(len(injs)), failRate)
+				cfg := faultCfg
+				cfg.Seed = seed + uint64(len(injs))
+				inj := injector(t, cfg.Seed, 0)
+				if err := inj.SetConfig(cfg); err != nil {
+					t.Fatal(err)
+				}
 				injs = append(injs, inj)
 				injMu.Unlock()
 				return e.open(t, inj)
 			},
 			Chaos: func() func() {
-				setFaults := func(p float64) {
+				setFaults := func(cfg faults.Config) {
 					injMu.Lock()
 					defer injMu.Unlock()
-					failRate = p
-					for _, inj := range injs {
-						_ = inj.SetConfig(faults.Config{FailRate: p, Seed: seed})
+					faultCfg = cfg
+					for i, inj := range injs {
+						cfg.Seed = seed + uint64(i)
+						_ = inj.SetConfig(cfg)
 					}
 				}
+				countFaults := func() (n uint64) {
+					injMu.Lock()
+					defer injMu.Unlock()
+					for _, inj := range injs {
+						c := inj.Counts()
+						n += c.RequestsLost + c.RepliesLost + c.CallsDelayed + c.CallsDuplicated
+					}
+					return n
+				}
+				faultsBefore := countFaults()
 				done := make(chan struct{})
 				var wg sync.WaitGroup
 				wg.Add(1)
-				kills := 0
+				kills, leaderKills := 0, 0
 				go func() { // kill -9 one node at a time, then bring it back
 					defer wg.Done()
-					r := rand.New(rand.NewPCG(seed, 5))
+					r := rand.New(rand.NewPCG(seed+uint64(round), 5))
 					for {
 						select {
 						case <-done:
 							return
 						case <-time.After(time.Duration(50+r.IntN(100)) * time.Millisecond):
 						}
-						setFaults(0.02)
+						setFaults(faults.Config{FailRate: 0.02, DelayRate: 0.05, DelayMin: 0, DelayMax: 5 * time.Millisecond, DupRate: 0.02})
 						id := uint64(1 + r.IntN(3))
+						if kills%2 == 0 {
+							if l := e.c.leaderOf(e.extents[r.IntN(len(e.extents))]); l != 0 {
+								id = l
+								leaderKills++
+							}
+						}
 						e.c.crash(id)
 						kills++
 						select {
@@ -279,11 +311,14 @@ func TestModelConcurrentOnExtents(t *testing.T) {
 				return func() {
 					close(done)
 					wg.Wait()
-					setFaults(0)
-					t.Logf("%d node kills", kills)
-					if kills == 0 {
-						t.Error("the run ended before any node was killed")
+					setFaults(faults.Config{})
+					injected := countFaults() - faultsBefore
+					t.Logf("%d node kills (%d of an extent's leader), %d client calls faulted", kills, leaderKills, injected)
+					if leaderKills == 0 || injected == 0 {
+						t.Errorf("the run ended before an extent's leader was killed (%d kills) or a call was faulted (%d)", kills, injected)
 					}
+					totalKills += kills
+					totalLeaderKills += leaderKills
 					for _, ext := range e.extents {
 						e.c.waitLeader(ext)
 					}
@@ -291,9 +326,13 @@ func TestModelConcurrentOnExtents(t *testing.T) {
 			},
 		})
 		final = rep.Final
+		totalOps += rep.Ops
+		totalAmbiguous += rep.Ambiguous
 		t.Logf("round %d: %d operations (%d ambiguous, %d gave up) linearize; %d keys at the end; tree height %d pages %v extents %v",
 			round, rep.Ops, rep.Ambiguous, rep.GaveUp, len(rep.Final), rep.Check.Height, rep.Check.Pages, rep.Check.Extents)
 	}
+	t.Logf("%d rounds: %d operations (%d ambiguous) linearize, through %d node kills (%d leaders)",
+		rounds, totalOps, totalAmbiguous, totalKills, totalLeaderKills)
 }
 
 // TestMillionKeysOnExtents loads keys through the API into a tree over
