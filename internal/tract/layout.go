@@ -570,9 +570,14 @@ func PlanGrowth(in GrowthInput, opts LayoutOptions) []RowChange {
 						continue
 					}
 					surplus := -p.deficit(holder)
-					// A move must narrow the gap between the two (or give
-					// back a row the newcomer holds data of).
-					if !data && surplus+p.deficit(n) <= 1+1e-9 {
+					// A move must narrow the gap between the two, or give
+					// back a row the newcomer holds data of, taking it
+					// from a holder above its share: one at or below its
+					// share would then be a growth candidate holding the
+					// row's data, take it back, and the row would go round
+					// between servers for ever (seen when a returning
+					// server and the one that replaced it both held it).
+					if surplus+p.deficit(n) <= 1+1e-9 && !(data && surplus > 1e-9) {
 						continue
 					}
 					score := [4]float64{0, 0, math.Floor(surplus + 0.5), float64(posOf(holder, j) - posOf(n, j))}

@@ -520,3 +520,55 @@ func showTable(tab *Table, servers []ServerInfo) string {
 	fmt.Fprintf(&b, "slots/primaries: %s\nmissing pairs: %d\n", strings.Join(parts, " "), bal.MissingPairs)
 	return b.String()
 }
+
+// TestGrowthSettlesWhenOldHoldersKeepData runs the manager's growth and
+// commit rounds after a server dies and returns, with every server that
+// ever held a row still holding its data (as during the drop grace). The
+// rounds must reach a table they no longer change: a move that gave a row
+// to a server holding its data used to make the server it came from a
+// candidate holding the same data, which took it back, for ever.
+func TestGrowthSettlesWhenOldHoldersKeepData(t *testing.T) {
+	for seed := uint64(1); seed <= 100; seed++ {
+		servers := testServers(5, 1)
+		rows, err := BuildTable(servers, 3, LayoutOptions{Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab := tableOf(rows, 3)
+		held := map[rowServer]bool{}
+		remember := func(tab *Table) {
+			for ri, r := range tab.Rows {
+				for _, s := range append(append([]ServerID(nil), r.Slots...), pendingServers(r)...) {
+					held[rowServer{ri, s}] = true
+				}
+			}
+		}
+		remember(tab)
+		back := ServerID{Node: 3}
+		live, eligible := aliveExcept(servers, back)
+		version := uint64(2)
+		tab = ApplyChanges(tab, PlanRepair(RepairInput{Table: tab, Live: live, Eligible: eligible}, LayoutOptions{Seed: seed}), version)
+		remember(tab)
+		everyone := func(int, ServerID) bool { return true }
+		settled := false
+		for round := 0; round < 200 && !settled; round++ {
+			version++
+			if changes := PlanCommit(tab, everyone); len(changes) > 0 {
+				tab = ApplyChanges(tab, changes, version)
+				continue
+			}
+			changes := PlanGrowth(GrowthInput{Table: tab, Servers: servers, Newcomers: GrowthCandidates(tab, servers),
+				HasData: func(row int, s ServerID) bool { return held[rowServer{row, s}] }, InSync: everyone}, LayoutOptions{Seed: seed})
+			if len(changes) == 0 {
+				settled = true
+				break
+			}
+			tab = ApplyChanges(tab, changes, version)
+			remember(tab)
+		}
+		if !settled {
+			t.Fatalf("seed %d: growth and commit still change the table after 200 rounds", seed)
+		}
+		checkTable(t, tab, servers, false)
+	}
+}
