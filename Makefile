@@ -17,7 +17,7 @@ DEV_FLAGS ?=
 # Where `make dev` mounts the file system "default" (empty: no mount).
 DEV_MOUNT ?= /tmp/arbor-mnt
 
-.PHONY: bench all build deps dev proto lint test test-short fuzz bench soak clean
+.PHONY: bench all build deps dev proto lint test test-short fuzz bench soak clean pjdfstest
 
 all: build
 
@@ -30,6 +30,11 @@ deps:
 # Runs a local cluster in the foreground until Ctrl-C (see README.md).
 dev: deps build
 	./bin/arbor dev --dir $(DEV_DIR) $(if $(DEV_MOUNT),--mount $(DEV_MOUNT)) $(DEV_FLAGS)
+
+# Runs pjdfstest (installed with cargo if missing) on a fresh dev cluster's
+# mount; needs root. Not part of `make test` (it takes many minutes).
+pjdfstest: build
+	bash scripts/pjdfstest.sh
 
 # Regenerates the committed protobuf code; needs protoc and the plugins that
 # scripts/install-deps.sh installs. A normal build needs only Go.

@@ -1,0 +1,281 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/devcluster"
+	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
+)
+
+// The file-system benchmarks run a 5-node dev cluster (3 replicas), mount
+// its file system with a real `arbor mount` process, and run the same
+// workload on the mount and on a directory of the local disk in the same
+// run. Command: make bench BENCH=BenchmarkFS
+
+// fsFilesPerWorker is how many files each mdtest-style worker creates,
+// stats and removes.
+const fsFilesPerWorker = 250
+
+// fsSeqBytes is the size of the sequential write and read.
+const fsSeqBytes = 1 << 30
+
+func mountedAt(dir string) bool {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// startFSMount starts a cluster, creates the file system "bench" and
+// mounts it.
+func startFSMount(b *testing.B) (*devcluster.Cluster, string) {
+	b.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		b.Skipf("no /dev/fuse: %v", err)
+	}
+	bin := devclustertest.Binary(b)
+	c := devclustertest.Start(b, devcluster.Options{Nodes: 5, Binary: bin, ServerArgs: []string{"--log-level=warn"}})
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, err := exec.Command(bin, "fs", "create", "bench", "--dir", c.Dir()).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("arbor fs create: %v\n%s", err, out)
+		}
+		time.Sleep(time.Second)
+	}
+	dir := filepath.Join(b.TempDir(), "mnt")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "mount", "bench", dir, "--dir", c.Dir())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	for !mountedAt(dir) {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			b.Fatalf("not mounted:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			_ = exec.Command("fusermount3", "-u", "-z", dir).Run()
+		}
+	})
+	return c, dir
+}
+
+// mdtest runs workers in parallel, each creating, then stating, then
+// removing n empty files in its own directory under root; it returns the
+// rate of each phase in operations per second.
+func mdtest(b *testing.B, root string, workers, n int) (create, stat, remove float64) {
+	b.Helper()
+	dirs := make([]string, workers)
+	for w := range workers {
+		dirs[w] = filepath.Join(root, fmt.Sprintf("md-%d-%d", workers, w))
+		if err := os.MkdirAll(dirs[w], 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	phase := func(op func(path string) error) float64 {
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Go(func() {
+				for i := range n {
+					if err := op(filepath.Join(dirs[w], fmt.Sprintf("f%06d", i))); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+		return float64(workers*n) / time.Since(start).Seconds()
+	}
+	create = phase(func(p string) error {
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	})
+	stat = phase(func(p string) error { _, err := os.Stat(p); return err })
+	remove = phase(os.Remove)
+	return create, stat, remove
+}
+
+// seqWriteRead writes size bytes to a new file in dir with 1 MiB writes
+// (fsync before close), drops the page cache, reads it back, and returns
+// both rates in bytes per second.
+func seqWriteRead(b *testing.B, dir string, size int) (write, read float64) {
+	b.Helper()
+	p := filepath.Join(dir, "seq")
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	start := time.Now()
+	f, err := os.Create(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for off := 0; off < size; off += len(buf) {
+		if _, err := f.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+	write = float64(size) / time.Since(start).Seconds()
+	dropCaches()
+	start = time.Now()
+	f, err = os.Open(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0
+	for {
+		n, err := f.Read(buf)
+		total += n
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	f.Close()
+	if total != size {
+		b.Fatalf("read %d bytes, wrote %d", total, size)
+	}
+	read = float64(size) / time.Since(start).Seconds()
+	if err := os.Remove(p); err != nil {
+		b.Fatal(err)
+	}
+	return write, read
+}
+
+func BenchmarkFS(b *testing.B) {
+	_, mnt := startFSMount(b)
+	local := b.TempDir()
+	b.Run("mdtest", func(b *testing.B) {
+		for _, workers := range []int{1, 4} {
+			b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+				var c, s, r, lc, ls, lr float64
+				for i := 0; i < b.N; i++ {
+					root := filepath.Join(mnt, fmt.Sprintf("run%d", i))
+					c, s, r = mdtest(b, root, workers, fsFilesPerWorker)
+					lroot := filepath.Join(local, fmt.Sprintf("run%d", i))
+					lc, ls, lr = mdtest(b, lroot, workers, fsFilesPerWorker)
+				}
+				b.ReportMetric(c, "creates/s")
+				b.ReportMetric(s, "stats/s")
+				b.ReportMetric(r, "removes/s")
+				b.ReportMetric(lc, "disk-creates/s")
+				b.ReportMetric(ls, "disk-stats/s")
+				b.ReportMetric(lr, "disk-removes/s")
+				b.ReportMetric(c/lc, "create-ratio")
+				b.ReportMetric(s/ls, "stat-ratio")
+				b.ReportMetric(r/lr, "remove-ratio")
+			})
+		}
+	})
+	b.Run("seq1GiB", func(b *testing.B) {
+		var w, r, lw, lr float64
+		for i := 0; i < b.N; i++ {
+			w, r = seqWriteRead(b, mnt, fsSeqBytes)
+			lw, lr = seqWriteRead(b, local, fsSeqBytes)
+		}
+		b.ReportMetric(w/(1<<20), "write-MiB/s")
+		b.ReportMetric(r/(1<<20), "read-MiB/s")
+		b.ReportMetric(lw/(1<<20), "disk-write-MiB/s")
+		b.ReportMetric(lr/(1<<20), "disk-read-MiB/s")
+		b.ReportMetric(w/lw, "write-ratio")
+		b.ReportMetric(r/lr, "read-ratio")
+	})
+	b.Run("untar", func(b *testing.B) {
+		tarball := os.Getenv("ARBOR_UNTAR")
+		if tarball == "" {
+			tarball = filepath.Join(b.TempDir(), "src.tar")
+			src := filepath.Join(runtimeGOROOT(b), "src", "net")
+			if out, err := exec.Command("tar", "-cf", tarball, "-C", filepath.Dir(src), filepath.Base(src)).CombinedOutput(); err != nil {
+				b.Fatalf("tar: %v\n%s", err, out)
+			}
+		}
+		entries := countEntries(b, tarball)
+		var t, lt time.Duration
+		for i := 0; i < b.N; i++ {
+			t = untar(b, tarball, filepath.Join(mnt, fmt.Sprintf("untar%d", i)))
+			lt = untar(b, tarball, filepath.Join(local, fmt.Sprintf("untar%d", i)))
+		}
+		b.ReportMetric(float64(entries), "entries")
+		b.ReportMetric(t.Seconds(), "s")
+		b.ReportMetric(lt.Seconds(), "disk-s")
+		b.ReportMetric(float64(entries)/t.Seconds(), "entries/s")
+		b.ReportMetric(float64(entries)/lt.Seconds(), "disk-entries/s")
+		b.ReportMetric(lt.Seconds()/t.Seconds(), "ratio")
+	})
+}
+
+func runtimeGOROOT(b *testing.B) string {
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func countEntries(b *testing.B, tarball string) int {
+	out, err := exec.Command("tar", "-tf", tarball).Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return strings.Count(string(out), "\n")
+}
+
+// untar extracts tarball into dir and syncs it, returning the time taken.
+func untar(b *testing.B, tarball, dir string) time.Duration {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if out, err := exec.CommandContext(ctx, "tar", "-xf", tarball, "-C", dir).CombinedOutput(); err != nil {
+		b.Fatalf("untar into %s: %v\n%s", dir, err, out)
+	}
+	exec.Command("sync", "-f", dir).Run()
+	return time.Since(start)
+}
