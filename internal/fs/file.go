@@ -307,7 +307,12 @@ func (f *FS) Flush(ctx context.Context, h Handle) error {
 func (f *FS) Fsync(ctx context.Context, h Handle) error { return f.Flush(ctx, h) }
 
 // SyncAll flushes every file's buffered writes.
-func (f *FS) SyncAll(ctx context.Context) error {
+func (f *FS) SyncAll(ctx context.Context) error { return f.syncAll(ctx, false) }
+
+// syncAll flushes every file; with dropStale, a file another client
+// removed meanwhile is not an error (its data is gone, as it would be had
+// it been flushed), only logged.
+func (f *FS) syncAll(ctx context.Context, dropStale bool) error {
 	f.filesMu.Lock()
 	var all []Handle
 	for h := range f.files {
@@ -316,7 +321,12 @@ func (f *FS) SyncAll(ctx context.Context) error {
 	f.filesMu.Unlock()
 	var errs []error
 	for _, h := range all {
-		errs = append(errs, f.Flush(ctx, h))
+		err := f.Flush(ctx, h)
+		if dropStale && errnoOf(err) == syscall.ESTALE {
+			f.log.Warn("buffered writes to a removed file dropped", "err", err)
+			continue
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -338,6 +348,17 @@ func (f *FS) flushLocked(ctx context.Context, st *file) error {
 		st.cacheMu.Lock()
 		st.blocks = nil
 		st.cacheMu.Unlock()
+	}
+	if e := errnoOf(err); e == syscall.ENOENT || e == syscall.ESTALE {
+		// Another client removed the file's last name and reclaimed it
+		// (an open file is kept alive only by the client holding it
+		// open): the buffered data has nowhere to go.
+		var lost int64
+		for _, db := range st.dirty {
+			lost += int64(db.size)
+		}
+		f.dropDirty(st)
+		return errf(syscall.ESTALE, "flush %v: the file was removed by another client; %d buffered bytes dropped", st.h, lost)
 	}
 	if err != nil {
 		return fmt.Errorf("flush %v: %w", st.h, err)
@@ -476,6 +497,25 @@ func (f *FS) flushOnce(ctx context.Context, st *file) error {
 			}
 			if in.Blob != n.Blob || in.TrimFrom != 0 {
 				return errRaced
+			}
+			if in.Nlink == 0 {
+				// An orphan takes data only from the client that holds
+				// it open (its record names that client): another one
+				// may be reclaiming it and would leave our blocks behind.
+				v, ok, err := w.tx.Get(k.orphan(h))
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return errf(syscall.ESTALE, "file %v was removed", h)
+				}
+				rec, err := decodeOrphanRecord(v)
+				if err != nil {
+					return err
+				}
+				if rec.Mount != f.mountID {
+					return errf(syscall.ESTALE, "file %v was removed by another client", h)
+				}
 			}
 			for _, b := range batch {
 				key := k.block(h, b.start)

@@ -212,7 +212,7 @@ func (f *FS) Close(ctx context.Context) error {
 	}
 	f.closed = true
 	f.closeMu.Unlock()
-	err := f.SyncAll(ctx)
+	err := f.syncAll(ctx, true)
 	close(f.stop)
 	f.wg.Wait()
 	if !f.readOnly && f.cfg.SessionInterval > 0 {

@@ -64,6 +64,16 @@ func (f *FS) dropDirty(st *file) {
 // needs), attributes and symlink chunks, then its inode and orphan record
 // in one transaction, then its blob once no snapshot needs it.
 func (f *FS) reclaim(ctx context.Context, h Handle) error {
+	err := f.reclaimOnce(ctx, h)
+	if errnoOf(err) == syscall.ENOENT {
+		// Another client (or this one's background pass) reclaimed it
+		// meanwhile: only the record may be left.
+		return f.dropOrphanRecord(ctx, h)
+	}
+	return err
+}
+
+func (f *FS) reclaimOnce(ctx context.Context, h Handle) error {
 	k := f.keys
 	st := f.pin(h, true)
 	defer f.unpin(st)

@@ -235,7 +235,71 @@ func TestMountCluster(t *testing.T) {
 	t.Run("two-mounts", func(t *testing.T) { twoMounts(t, a.dir, b.dir) })
 	t.Run("bad-input", func(t *testing.T) { badInput(t, e, a.dir) })
 	t.Run("snapshot", func(t *testing.T) { snapshotDuringWrites(t, e, a.dir) })
+	t.Run("stress", func(t *testing.T) { stress(t, e, a.dir, b.dir) })
 	t.Run("kill-storage-node", func(t *testing.T) { killStorageNode(t, e, a) })
+}
+
+// stress runs workers on both mounts doing random operations on one
+// shared directory (creates, writes, renames over each other, links,
+// unlinks, mkdir and rmdir), then checks that every file reads whole and
+// that fsck finds nothing wrong.
+func stress(t *testing.T, e *env, a, b string) {
+	const workers, ops, names = 4, 60, 12
+	if err := os.Mkdir(filepath.Join(a, "stress"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		mnt := a
+		if w%2 == 1 {
+			mnt = b
+		}
+		d := filepath.Join(mnt, "stress")
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			name := func() string { return filepath.Join(d, fmt.Sprintf("n%02d", rng.IntN(names))) }
+			for range ops {
+				p := name()
+				var err error
+				switch rng.IntN(7) {
+				case 0, 1:
+					// Whole-file writes of a recognizable pattern: a
+					// reader must never see a mix of two writers.
+					n := 1 + rng.IntN(200_000)
+					err = os.WriteFile(p, bytes.Repeat([]byte{byte('a' + w)}, n), 0o644)
+				case 2:
+					err = os.Rename(p, name())
+				case 3:
+					err = os.Link(p, name())
+				case 4:
+					err = os.Remove(p)
+				case 5:
+					err = os.Mkdir(p, 0o755)
+				case 6:
+					var bs []byte
+					bs, err = os.ReadFile(p)
+					// Concurrent truncating writers may interleave
+					// (as on any file system), leaving holes, but no
+					// byte nobody wrote.
+					if err == nil && len(bytes.Trim(bs, "\x00abcd")) != 0 {
+						t.Errorf("%s holds bytes no writer wrote", p)
+					}
+				}
+				if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrExist) &&
+					!errors.Is(err, syscall.EISDIR) && !errors.Is(err, syscall.ENOTDIR) && !errors.Is(err, syscall.ENOTEMPTY) &&
+					!errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.ESTALE) {
+					// ESTALE: the other mount removed and reclaimed a
+					// file this one had open (open-after-unlink holds
+					// only within one mount, as with NFS).
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	tree(t, filepath.Join(a, "stress"))
+	e.mustArbor("fsck", "default")
 }
 
 func posixSmoke(t *testing.T, mnt string) {
