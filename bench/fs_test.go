@@ -13,8 +13,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbor-storage/arbor/internal/btree"
+	"github.com/arbor-storage/arbor/internal/btree/extentstore"
+	"github.com/arbor-storage/arbor/internal/btree/tuple"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
+	"github.com/arbor-storage/arbor/internal/directory"
+	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/extent"
+	"github.com/arbor-storage/arbor/internal/fs"
+	"github.com/arbor-storage/arbor/internal/kv"
+	"github.com/arbor-storage/arbor/internal/server"
+	"github.com/arbor-storage/arbor/internal/tract"
 )
 
 // The file-system benchmarks run a 5-node dev cluster (3 replicas), mount
@@ -278,4 +288,158 @@ func untar(b *testing.B, tarball, dir string) time.Duration {
 	}
 	exec.Command("sync", "-f", dir).Run()
 	return time.Since(start)
+}
+
+// fsSnapshots is how many snapshots BenchmarkFSSnapshots takes.
+const fsSnapshots = 1000
+
+// BenchmarkFSSnapshots takes 1,000 snapshots of a populated file system
+// on a 5-node cluster, through the library as `arbor snapshot create`
+// does, and reports the time per snapshot, the metadata they add, and the
+// rate of a small-file workload before (the reference) and after.
+// Command: make bench BENCH=BenchmarkFSSnapshots
+func BenchmarkFSSnapshots(b *testing.B) {
+	bin := devclustertest.Binary(b)
+	c := devclustertest.Start(b, devcluster.Options{Nodes: 5, Binary: bin, ServerArgs: []string{"--log-level=warn"}})
+	ctx := context.Background()
+	opts := server.ClientDialOptions(c.ClusterID())
+	dir, err := directory.Dial(c.DirectoryAddrs(), opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { dir.Close() })
+	ec, err := extent.NewClient(extent.ClientConfig{Directory: dir, DialOptions: opts})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ec.Close() })
+	tc, err := tract.NewClient(tract.ClientConfig{Directory: dir, DialOptions: opts})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { tc.Close() })
+	var tree *btree.Tree
+	var data *fs.TractData
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		tree, err = kv.Open(ctx, dir, extentstore.New(ec), btree.Config{})
+		if err == nil {
+			data, err = fs.NewTractData(ctx, tc, 0)
+		}
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second)
+	}
+	b.Cleanup(tree.Close)
+	meta := fs.BTreeMeta{Tree: tree}
+	rec, err := dir.CreateFileSystem(ctx, &dpb.CreateFileSystemRequest{Name: "snapbench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := fs.Format(ctx, meta, rec.GetNumber(), fs.DefaultLayout, time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	fsys, err := fs.Open(ctx, fs.Config{Meta: meta, Data: data, Number: rec.GetNumber()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { fsys.Close(ctx) })
+	payload := bytes.Repeat([]byte("s"), 8<<10)
+	// workload creates n files of 8 KiB in a new directory, then
+	// overwrites them, and returns files per second of each phase.
+	workload := func(name string, n int) float64 {
+		d, err := fsys.Mkdir(ctx, fs.RootHandle, name, 0o755, fs.Cred{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		for i := range n {
+			a, err := fsys.Create(ctx, d.Handle, fmt.Sprintf("f%d", i), 0o644, fs.Cred{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			writeClose(b, fsys, a.Handle, payload)
+		}
+		return float64(n) / time.Since(start).Seconds()
+	}
+	overwrite := func(hs []fs.Handle) float64 {
+		start := time.Now()
+		for _, h := range hs {
+			writeClose(b, fsys, h, payload[:4<<10])
+		}
+		return float64(len(hs)) / time.Since(start).Seconds()
+	}
+	metaBytes := func() (keys, size int) {
+		lo := tuple.AppendUint(nil, rec.GetNumber())
+		if err := tree.Scan(ctx, lo, tuple.PrefixEnd(lo), func(k, v []byte) error {
+			keys++
+			size += len(k) + len(v)
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		return keys, size
+	}
+	for b.Loop() {
+		// A populated tree: 10 directories of 20 files.
+		var all []fs.Handle
+		for d := range 10 {
+			dd, err := fsys.Mkdir(ctx, fs.RootHandle, fmt.Sprintf("d%d", d), 0o755, fs.Cred{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range 20 {
+				a, err := fsys.Create(ctx, dd.Handle, fmt.Sprintf("f%d", i), 0o644, fs.Cred{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				writeClose(b, fsys, a.Handle, payload)
+				all = append(all, a.Handle)
+			}
+		}
+		createBefore := workload("before", 50)
+		overBefore := overwrite(all[:50])
+		keys0, bytes0 := metaBytes()
+		start := time.Now()
+		for i := range fsSnapshots {
+			sn, err := dir.CreateSnapshot(ctx, &dpb.CreateSnapshotRequest{FileSystem: rec.GetNumber(), Name: fmt.Sprintf("s%04d", i)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := fsys.CreateSnapshot(ctx, sn.GetNumber(), sn.GetName()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		perSnap := time.Since(start) / fsSnapshots
+		keys1, bytes1 := metaBytes()
+		createAfter := workload("after", 50)
+		overAfter := overwrite(all[50:100])
+		b.ReportMetric(float64(perSnap.Microseconds())/1000, "ms/snapshot")
+		b.ReportMetric(float64(keys1-keys0), "keys-added")
+		b.ReportMetric(float64(bytes1-bytes0)/1024, "KiB-added")
+		b.ReportMetric(float64(bytes0)/1024, "KiB-before")
+		b.ReportMetric(createBefore, "creates/s-before")
+		b.ReportMetric(createAfter, "creates/s-after")
+		b.ReportMetric(createAfter/createBefore, "create-ratio")
+		b.ReportMetric(overBefore, "overwrites/s-before")
+		b.ReportMetric(overAfter, "overwrites/s-after")
+		b.ReportMetric(overAfter/overBefore, "overwrite-ratio")
+	}
+}
+
+func writeClose(b *testing.B, fsys *fs.FS, h fs.Handle, p []byte) {
+	ctx := context.Background()
+	if _, err := fsys.Open(ctx, h); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := fsys.Write(ctx, h, 0, p); err != nil {
+		b.Fatal(err)
+	}
+	if err := fsys.Release(ctx, h); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -7,6 +7,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+config="$PWD/scripts/pjdfstest.toml"
 export PATH="$HOME/.cargo/bin:/root/.cargo/bin:$PATH"
 
 if ! command -v pjdfstest >/dev/null; then
@@ -53,5 +54,5 @@ chmod 0755 "$mnt"
 echo "pjdfstest.sh: running pjdfstest on $mnt (cluster log: $log)"
 cd "$mnt"
 status=0
-pjdfstest -p "$mnt" "$@" || status=$?
+pjdfstest -c "$config" -p "$mnt" "$@" || status=$?
 exit "$status"
