@@ -151,6 +151,7 @@ func TestModelConcurrent(t *testing.T) {
 	if testing.Short() {
 		rounds = 1
 	}
+	var splits, merges int64
 	for round := range rounds {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
 			seed := seed + uint64(round)
@@ -169,11 +170,18 @@ func TestModelConcurrent(t *testing.T) {
 				},
 			})
 			st := env.store.Stats()
-			t.Logf("%d operations (%d ambiguous, %d gave up) linearize; %d keys at the end; tree height %d pages %v; store %+v",
-				rep.Ops, rep.Ambiguous, rep.GaveUp, len(rep.Final), rep.Check.Height, rep.Check.Pages, st)
+			m := rep.Clients
+			t.Logf("%d operations (%d ambiguous, %d gave up) linearize; %d keys at the end; tree height %d pages %v; clients: %d splits, %d merges, %d redistributions, %d resolves, %d retries; store %+v",
+				rep.Ops, rep.Ambiguous, rep.GaveUp, len(rep.Final), rep.Check.Height, rep.Check.Pages,
+				m.Splits, m.Merges, m.Redistributions, m.Resolves, m.Retries, st)
 			if st.CrossExtentCommits == 0 {
 				t.Error("no commit crossed extents")
 			}
+			splits += m.Splits
+			merges += m.Merges
 		})
+	}
+	if splits == 0 || merges == 0 {
+		t.Errorf("the clients made %d splits and %d merges: the run did not go through both", splits, merges)
 	}
 }

@@ -53,6 +53,32 @@ type Report struct {
 	Final map[string]string
 	// Check is the final structural check.
 	Check *btree.CheckReport
+	// Clients sums the metrics of the clients that ran the operations
+	// (RunConcurrent; the final check's client is not counted), to show
+	// which structural changes the run went through.
+	Clients btree.Metrics
+}
+
+// addMetrics adds m's counters to sum (CachedPages excepted).
+func addMetrics(sum *btree.Metrics, m btree.Metrics) {
+	sum.Txns += m.Txns
+	sum.Commits += m.Commits
+	sum.Retries += m.Retries
+	sum.Conflicts += m.Conflicts
+	sum.Ambiguous += m.Ambiguous
+	sum.PageReads += m.PageReads
+	sum.Resolves += m.Resolves
+	sum.CacheHits += m.CacheHits
+	sum.CacheMisses += m.CacheMisses
+	sum.Splits += m.Splits
+	sum.RootSplits += m.RootSplits
+	sum.Merges += m.Merges
+	sum.Redistributions += m.Redistributions
+	sum.RootCollapses += m.RootCollapses
+	sum.BlocksAllocated += m.BlocksAllocated
+	sum.BlocksFreed += m.BlocksFreed
+	sum.BlockSplits += m.BlockSplits
+	sum.RebalanceDropped += m.RebalanceDropped
 }
 
 func (o *Options) opContext() (context.Context, context.CancelFunc) {
@@ -182,13 +208,19 @@ func RunConcurrent(t *testing.T, o Options) Report {
 			defer wg.Done()
 			g := NewGenerator(o.Seed, c, o.Keys)
 			tr := o.Open(t)
-			defer func() { tr.Close() }()
+			closeTree := func() {
+				tr.Close()
+				mu.Lock()
+				addMetrics(&rep.Clients, tr.Metrics())
+				mu.Unlock()
+			}
+			defer func() { closeTree() }()
 			for i := range o.OpsPerClient {
 				if failed.Load() {
 					return
 				}
 				if i > 0 && o.RestartOneIn > 0 && g.r.IntN(o.RestartOneIn) == 0 {
-					tr.Close()
+					closeTree()
 					tr = o.Open(t)
 				}
 				p := g.Next()

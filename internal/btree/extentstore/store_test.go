@@ -230,7 +230,7 @@ func TestModelConcurrentOnExtents(t *testing.T) {
 	var faultCfg faults.Config // for the injectors of clients opened from now on
 	clients, ops, rounds := 4, 200, 3
 	if testing.Short() {
-		ops, rounds = 100, 1
+		rounds = 1
 	}
 	if s := os.Getenv("BTREE_MODEL_ROUNDS"); s != "" {
 		v, err := strconv.Atoi(s)
@@ -241,6 +241,7 @@ func TestModelConcurrentOnExtents(t *testing.T) {
 	}
 	var final map[string]string
 	totalOps, totalAmbiguous, totalKills, totalLeaderKills := 0, 0, 0, 0
+	var splits, merges int64
 	for round := range rounds {
 		rep := btreetest.RunConcurrent(t, btreetest.Options{
 			Seed: seed + uint64(round), Clients: clients, OpsPerClient: ops, Keys: 100, RestartOneIn: 30, OpTimeout: 60 * time.Second,
@@ -286,10 +287,16 @@ func TestModelConcurrentOnExtents(t *testing.T) {
 					defer wg.Done()
 					r := rand.New(rand.NewPCG(seed+uint64(round), 5))
 					for {
+						// The first kill comes at once, so that even a
+						// short round sees a leader die.
+						wait := time.Duration(50+r.IntN(100)) * time.Millisecond
+						if kills == 0 {
+							wait = 5 * time.Millisecond
+						}
 						select {
 						case <-done:
 							return
-						case <-time.After(time.Duration(50+r.IntN(100)) * time.Millisecond):
+						case <-time.After(wait):
 						}
 						setFaults(faults.Config{FailRate: 0.02, DelayRate: 0.05, DelayMin: 0, DelayMax: 5 * time.Millisecond, DupRate: 0.02})
 						id := uint64(1 + r.IntN(3))
@@ -328,11 +335,18 @@ func TestModelConcurrentOnExtents(t *testing.T) {
 		final = rep.Final
 		totalOps += rep.Ops
 		totalAmbiguous += rep.Ambiguous
-		t.Logf("round %d: %d operations (%d ambiguous, %d gave up) linearize; %d keys at the end; tree height %d pages %v extents %v",
-			round, rep.Ops, rep.Ambiguous, rep.GaveUp, len(rep.Final), rep.Check.Height, rep.Check.Pages, rep.Check.Extents)
+		m := rep.Clients
+		splits += m.Splits
+		merges += m.Merges
+		t.Logf("round %d: %d operations (%d ambiguous, %d gave up) linearize; %d keys at the end; tree height %d pages %v extents %v; clients: %d splits, %d merges, %d redistributions, %d resolves, %d retries",
+			round, rep.Ops, rep.Ambiguous, rep.GaveUp, len(rep.Final), rep.Check.Height, rep.Check.Pages, rep.Check.Extents,
+			m.Splits, m.Merges, m.Redistributions, m.Resolves, m.Retries)
 	}
-	t.Logf("%d rounds: %d operations (%d ambiguous) linearize, through %d node kills (%d leaders)",
-		rounds, totalOps, totalAmbiguous, totalKills, totalLeaderKills)
+	t.Logf("%d rounds: %d operations (%d ambiguous) linearize, through %d node kills (%d leaders), %d splits and %d merges",
+		rounds, totalOps, totalAmbiguous, totalKills, totalLeaderKills, splits, merges)
+	if splits == 0 || merges == 0 {
+		t.Errorf("the clients made %d splits and %d merges: the run did not go through both", splits, merges)
+	}
 }
 
 // TestMillionKeysOnExtents loads keys through the API into a tree over
