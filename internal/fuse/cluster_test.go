@@ -721,3 +721,62 @@ func killStorageNode(t *testing.T, e *env, a *mount) {
 	out := e.mustArbor("fsck", "default")
 	t.Log(out)
 }
+
+// TestDevMount runs `arbor dev --mount DIR` as make dev does: the file
+// system "default" is created and mounted once the cluster is healthy,
+// and SIGINT unmounts it and stops the cluster; run again on the same
+// directory, the files are still there.
+func TestDevMount(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	needFUSE(t)
+	bin := devclustertest.Binary(t)
+	dir := t.TempDir()
+	mnt := filepath.Join(t.TempDir(), "mnt") // created by arbor dev
+	run := func(check func()) {
+		cmd := exec.Command(bin, "dev", "--dir", filepath.Join(dir, "cluster"), "--mount", mnt)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &syncWriter{w: &out}, &syncWriter{w: &out}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		deadline := time.After(3 * time.Minute)
+		for !strings.Contains(out.String(), "mounted at "+mnt) {
+			select {
+			case err := <-exited:
+				t.Fatalf("arbor dev exited: %v\n%s", err, out.String())
+			case <-deadline:
+				_ = cmd.Process.Kill()
+				t.Fatalf("arbor dev: no mount after 3 minutes\n%s", out.String())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		check()
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Fatalf("arbor dev: %v\n%s", err, out.String())
+			}
+		case <-time.After(2 * time.Minute):
+			_ = cmd.Process.Kill()
+			t.Fatalf("arbor dev did not stop\n%s", out.String())
+		}
+		if isMounted(mnt) {
+			t.Fatalf("still mounted after arbor dev stopped\n%s", out.String())
+		}
+	}
+	run(func() {
+		if err := os.WriteFile(filepath.Join(mnt, "hello"), []byte("world"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	run(func() {
+		if b, err := os.ReadFile(filepath.Join(mnt, "hello")); err != nil || string(b) != "world" {
+			t.Fatalf("after a restart: %q %v", b, err)
+		}
+	})
+}

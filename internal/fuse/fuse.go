@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -513,6 +514,9 @@ func (n *node) OpendirHandle(ctx context.Context, _ uint32) (gofs.FileHandle, ui
 type handle struct {
 	r *root
 	h fs.Handle
+	// wrote is set by the handle's first write: only then can its close
+	// change the data generation.
+	wrote atomic.Bool
 }
 
 var (
@@ -538,6 +542,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadR
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	ctx, cancel := opContext(ctx)
 	defer cancel()
+	h.wrote.Store(true)
 	n, err := h.r.fsys.Write(ctx, h.h, off, data)
 	if err != nil {
 		return uint32(n), h.r.errno("write", err)
@@ -571,7 +576,7 @@ func (h *handle) Release(context.Context) syscall.Errno {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	err := h.r.fsys.Release(ctx, h.h)
-	if err == nil && !h.r.fsys.ReadOnly() {
+	if err == nil && h.wrote.Load() {
 		// Our own flush changed the data generation; the kernel's pages
 		// are what we wrote, so they stay valid.
 		if a, aerr := h.r.fsys.GetAttr(ctx, h.h); aerr == nil {
