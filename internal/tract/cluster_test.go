@@ -548,7 +548,7 @@ func TestClusterKillRecovery(t *testing.T) {
 	}
 	// Wait for the TLT repair (the node must be declared dead first), then
 	// kill a second node while the rows are catching up.
-	h.waitFor("the TLT repair", 30*time.Second, func() bool {
+	h.waitFor("the TLT repair", 90*time.Second, func() bool {
 		now, err := h.client.RefreshTLT(context.Background())
 		return err == nil && now.Version > tab.Version
 	})
@@ -561,18 +561,23 @@ func TestClusterKillRecovery(t *testing.T) {
 	if err := h.c.Kill(5); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("the second repair", 30*time.Second, func() bool {
+	// Generous bounds: node 5 must first be declared dead (the failure
+	// timeout), and on a loaded 2-core machine the manager's rounds slow.
+	var stuck string
+	h.waitForWith("the second repair", 90*time.Second, func() bool {
 		now, err := h.client.RefreshTLT(context.Background())
 		if err != nil {
+			stuck = err.Error()
 			return false
 		}
-		for _, r := range now.Rows {
+		for i, r := range now.Rows {
 			if r.Has(tract.ServerID{Node: 4}) || r.Has(tract.ServerID{Node: 5}) {
+				stuck = fmt.Sprintf("TLT version %d row %d: slots %v pending %v", now.Version, i, r.Slots, r.Pending)
 				return false
 			}
 		}
 		return true
-	})
+	}, func() string { return stuck })
 	h.waitInSync(5 * time.Minute)
 	took := time.Since(start)
 	moved := h.recoveredBytes() - before
@@ -589,10 +594,17 @@ func TestClusterKillRecovery(t *testing.T) {
 
 func (h *harness) waitFor(what string, within time.Duration, cond func() bool) {
 	h.t.Helper()
+	h.waitForWith(what, within, cond, func() string { return "" })
+}
+
+// waitForWith is waitFor whose timeout also reports state(): what the
+// condition last saw.
+func (h *harness) waitForWith(what string, within time.Duration, cond func() bool, state func() string) {
+	h.t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out after %v waiting for %s", within, what)
+			h.t.Fatalf("timed out after %v waiting for %s %s", within, what, state())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
