@@ -258,6 +258,19 @@ func (t *Tree) geometry(ctx context.Context, extent uint64) (Geometry, error) {
 // the root, an empty leaf owning every key. It returns the root's tagged
 // pointer, which is the tree's name: record it where its users find it.
 func Create(ctx context.Context, store PageStore, extent, tenant uint64) (PageRef, error) {
+	// Clients creating trees at once find the same free block; the losers
+	// of its allocation look again.
+	const attempts = 16
+	for range attempts - 1 {
+		root, err := create(ctx, store, extent, tenant)
+		if !errors.Is(err, ErrConflict) {
+			return root, err
+		}
+	}
+	return create(ctx, store, extent, tenant)
+}
+
+func create(ctx context.Context, store PageStore, extent, tenant uint64) (PageRef, error) {
 	g, err := store.Geometry(ctx, extent)
 	if err != nil {
 		return PageRef{}, fmt.Errorf("btree: create: %w", err)
