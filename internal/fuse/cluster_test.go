@@ -89,9 +89,11 @@ func (e *env) createFS(name string) {
 
 // mount is a running `arbor mount` process.
 type mount struct {
-	dir string
-	cmd *exec.Cmd
-	out *bytes.Buffer
+	dir    string
+	cmd    *exec.Cmd
+	out    *bytes.Buffer
+	exited chan error
+	once   sync.Once
 }
 
 func isMounted(dir string) bool {
@@ -121,8 +123,8 @@ func (e *env) mount(fsName string, extra ...string) *mount {
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	m := &mount{dir: dir, cmd: cmd, out: &out}
 	exited := make(chan error, 1)
+	m := &mount{dir: dir, cmd: cmd, out: &out, exited: exited}
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.After(2 * time.Minute)
 	for !isMounted(dir) {
@@ -135,14 +137,15 @@ func (e *env) mount(fsName string, extra ...string) *mount {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	e.t.Cleanup(func() { m.stop(e.t, exited) })
+	e.t.Cleanup(func() { m.stop(e.t) })
 	return m
 }
 
-func (m *mount) stop(t *testing.T, exited chan error) {
-	if m.cmd.ProcessState != nil {
-		return
-	}
+// stop unmounts by SIGINT (once) and checks the process exits cleanly.
+func (m *mount) stop(t *testing.T) { m.once.Do(func() { m.doStop(t) }) }
+
+func (m *mount) doStop(t *testing.T) {
+	exited := m.exited
 	_ = m.cmd.Process.Signal(syscall.SIGINT)
 	defer func() {
 		if t.Failed() {
@@ -236,6 +239,7 @@ func TestMountCluster(t *testing.T) {
 	t.Run("bad-input", func(t *testing.T) { badInput(t, e, a.dir) })
 	t.Run("snapshot", func(t *testing.T) { snapshotDuringWrites(t, e, a.dir) })
 	t.Run("stress", func(t *testing.T) { stress(t, e, a.dir, b.dir) })
+	t.Run("cli", func(t *testing.T) { cliLifecycle(t, e) })
 	t.Run("kill-storage-node", func(t *testing.T) { killStorageNode(t, e, a) })
 }
 
@@ -779,4 +783,49 @@ func TestDevMount(t *testing.T) {
 			t.Fatalf("after a restart: %q %v", b, err)
 		}
 	})
+}
+
+// cliLifecycle drives the file-system and snapshot commands through a
+// second file system's whole life.
+func cliLifecycle(t *testing.T, e *env) {
+	e.mustArbor("fs", "create", "other")
+	if out, err := e.arbor("fs", "create", "other"); err == nil || !strings.Contains(out, "exists") {
+		t.Fatalf("creating an existing file system: %v\n%s", err, out)
+	}
+	if out := e.mustArbor("fs", "list"); !strings.Contains(out, "other") || !strings.Contains(out, "default") {
+		t.Fatalf("fs list:\n%s", out)
+	}
+	m := e.mount("other")
+	if err := os.WriteFile(filepath.Join(m.dir, "f"), bytes.Repeat([]byte("x"), 100_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.mustArbor("snapshot", "create", "other", "one")
+	if err := os.WriteFile(filepath.Join(m.dir, "f"), []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := e.mustArbor("snapshot", "list", "other"); !strings.Contains(out, "one") {
+		t.Fatalf("snapshot list:\n%s", out)
+	}
+	if out, err := e.arbor("snapshot", "create", "other", "one"); err == nil {
+		t.Fatalf("a second snapshot of one name was accepted:\n%s", out)
+	}
+	out := e.mustArbor("snapshot", "delete", "other", "one")
+	if !strings.Contains(out, "1 tracts") && !strings.Contains(out, "tracts") {
+		t.Fatalf("snapshot delete:\n%s", out)
+	}
+	if out := e.mustArbor("snapshot", "list", "other"); strings.Contains(out, "one") {
+		t.Fatalf("snapshot list after delete:\n%s", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(m.dir, "f")); err != nil || string(b) != "y" {
+		t.Fatalf("live file after the snapshot's deletion: %q %v", b, err)
+	}
+	e.mustArbor("fsck", "other")
+	m.stop(t)
+	e.mustArbor("fs", "delete", "other")
+	if out := e.mustArbor("fs", "list"); strings.Contains(out, "other") {
+		t.Fatalf("fs list after delete:\n%s", out)
+	}
+	if out, err := e.arbor("fsck", "other"); err == nil || !strings.Contains(out, `no file system named "other"`) {
+		t.Fatalf("fsck of a deleted file system: %v\n%s", err, out)
+	}
 }
