@@ -317,9 +317,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, n.r.errno("create", err)
 	}
-	if _, err := n.r.fsys.Open(ctx, a.Handle); err != nil {
-		return nil, nil, 0, n.r.errno("open", err)
-	}
+	n.r.fsys.OpenNew(a.Handle)
 	n.r.sawGen(a.Ino, a.DataGen)
 	ch := n.child(ctx, &a, out)
 	return ch, &handle{r: n.r, h: a.Handle}, 0, 0
