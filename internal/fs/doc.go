@@ -12,7 +12,10 @@
 //
 // Keys are tuples (internal/btree/tuple), so they sort element by element;
 // every key starts with the file system number F, so many file systems
-// share one tree. Versioned keys end with -S (see Snapshots).
+// share one tree. The CLI and the FUSE client use the cluster's one
+// B-tree, the KV store's (internal/kv): F's tuple encoding begins with a
+// byte in 0x14..0x1c, a range of first bytes reserved for file systems.
+// Versioned keys end with -S (see Snapshots).
 //
 //	F, 0                 superblock: epoch W, snapshot generation, id layout,
 //	                     overflow counters (unversioned)
@@ -110,7 +113,10 @@
 // (blocks, attributes, inode, then its blob, through the queue F, 3) at
 // once, or when its last open handle in this client closes. Orphans of a
 // mount that disappeared (its session F, 4 expired) are reclaimed by any
-// other mount.
+// other mount. Only the client an orphan's record names may still write
+// to it: a file open in one client whose last name another client
+// removes is reclaimed by the remover, and the first client's flushes get
+// ESTALE (open-after-unlink holds within one client, as with NFS).
 //
 // # Invariants
 //
