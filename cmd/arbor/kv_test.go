@@ -206,6 +206,26 @@ func TestKVOnDevCluster(t *testing.T) {
 	if out, err := kvRun("get\thello\nput\thello\tagain\ndel\tkey00000\n", "txn"); err != nil || out != "hello\tworld\n" {
 		t.Fatalf("txn = %q, %v", out, err)
 	}
+	// Bad input is refused by the real store too, and changes nothing
+	// (the scan below counts every key).
+	var sixteen strings.Builder
+	for i := range btree.MaxTxnValues + 1 {
+		fmt.Fprintf(&sixteen, "put\tnew%02d\tv\n", i)
+	}
+	for _, bad := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"", []string{"put", strings.Repeat("k", btree.DefaultMaxKeyBytes+1), "v"}, "key too large"},
+		{"", []string{"put", "new", strings.Repeat("v", btree.DefaultMaxValueBytes+1)}, "value too large"},
+		{sixteen.String(), []string{"txn"}, "more than 15 distinct keys"},
+		{"put\tnew\tv\nput\t" + strings.Repeat("k", btree.DefaultMaxKeyBytes+1) + "\tv\n", []string{"txn"}, "key too large"},
+	} {
+		if _, err := kvRun(bad.stdin, bad.args...); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("kv %s: %v, want an error containing %q", bad.args[0], err, bad.want)
+		}
+	}
 	// Kill one node (of three replicas): everything is still readable.
 	if err := c.Kill(3); err != nil {
 		t.Fatal(err)
