@@ -113,20 +113,25 @@ func runDev(ctx context.Context, a *app, opts devcluster.Options, mountDir strin
 	printDevCluster(a, c)
 	if mountDir != "" {
 		m, err := devMount(ctx, a, c, mountDir)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case errors.Is(err, errKernelMount):
+			// The cluster works without the mount: say why and go on.
+			fmt.Fprintf(a.stderr, "arbor dev: could not mount the file system at %s (is FUSE available? /dev/fuse, fusermount3): %v\n", mountDir, err)
+		case err != nil:
 			return err
 		}
-		defer func() {
-			fmt.Fprintln(a.stderr, "arbor dev: unmounting", mountDir)
-			cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if merr := m.Close(cctx); merr != nil {
-				err = errors.Join(err, fmt.Errorf("unmount %s: %w", mountDir, merr))
-			}
-		}()
+		if m != nil {
+			defer func() {
+				fmt.Fprintln(a.stderr, "arbor dev: unmounting", mountDir)
+				cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if merr := m.Close(cctx); merr != nil {
+					err = errors.Join(err, fmt.Errorf("unmount %s: %w", mountDir, merr))
+				}
+			}()
+		}
 	}
 	for {
 		select {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -31,6 +32,9 @@ func devMount(ctx context.Context, a *app, c *devcluster.Cluster, dir string) (*
 		if err == nil {
 			fmt.Fprintf(a.stdout, "file system %q mounted at %s\n", devFileSystem, dir)
 			return m, nil
+		}
+		if errors.Is(err, errKernelMount) {
+			return nil, err
 		}
 		a.logger.Info("mount not ready yet; retrying", "err", err)
 		select {

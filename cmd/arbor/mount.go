@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +33,10 @@ type mountOptions struct {
 	// create makes the file system if it does not exist (arbor dev).
 	create bool
 }
+
+// errKernelMount marks a failure of the kernel mount itself (no FUSE
+// here, a busy mount point), which waiting does not cure.
+var errKernelMount = errors.New("FUSE mount failed")
 
 // mountFS connects to the cluster and mounts a file system at opts.dir.
 func mountFS(ctx context.Context, target clusterTarget, opts mountOptions, logger *slog.Logger) (_ *mounted, err error) {
@@ -71,7 +77,11 @@ func mountFS(ctx context.Context, target clusterTarget, opts mountOptions, logge
 	}
 	m, err := fuse.New(fsys, opts.dir, fuse.Options{Name: source, AllowOther: opts.allowOther, Debug: opts.debug, Logger: logger})
 	if err != nil {
-		return nil, errors.Join(err, fsys.Close(context.WithoutCancel(ctx)))
+		// A mount can fail after the kernel attached it: detach it.
+		if mountedAt(opts.dir) {
+			lazyUnmount(opts.dir)
+		}
+		return nil, errors.Join(fmt.Errorf("%w: %w", errKernelMount, err), fsys.Close(context.WithoutCancel(ctx)))
 	}
 	return &mounted{m: m, fsys: fsys, c: c, log: logger}, nil
 }
@@ -90,7 +100,31 @@ func prepareMountPoint(dir string) error {
 	if err != nil {
 		return fmt.Errorf("mount point %s: %w", dir, err)
 	}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return fmt.Errorf("%w: mount point %s is not a directory", errKernelMount, dir)
+	}
+	if mountedAt(dir) {
+		return fmt.Errorf("%w: %s is a mount point already (unmount it first)", errKernelMount, dir)
+	}
 	return nil
+}
+
+// mountedAt reports whether dir is a mount point.
+func mountedAt(dir string) bool {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == abs {
+			return true
+		}
+	}
+	return false
 }
 
 // lazyUnmount detaches a mount even while it is busy.
