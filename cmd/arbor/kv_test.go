@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,17 +181,53 @@ func TestKVOnDevCluster(t *testing.T) {
 		return ta.out.String(), err
 	}
 	// The extent manager creates the first extents once the storage nodes
-	// have registered: wait for the store to be usable.
+	// have registered: wait for the store to be usable. Three first
+	// clients race to create the tree (a create-only compare-and-set on
+	// the directory's config decides); each must end up writing to the
+	// one tree, so each sees the others' keys.
+	firsts := [][2]string{{"hello", "world"}, {"first1", "one"}, {"first2", "two"}}
+	done := make([]bool, len(firsts))
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, err := kvRun("", "put", "hello", "world")
-		if err == nil {
+		var wg sync.WaitGroup
+		errs := make([]error, len(firsts))
+		for i, kv := range firsts {
+			if done[i] {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = kvRun("", "put", kv[0], kv[1])
+			}()
+		}
+		wg.Wait()
+		all, ok := true, 0
+		for i, err := range errs {
+			if !done[i] && err == nil {
+				ok++
+			}
+			done[i] = done[i] || err == nil
+			all = all && done[i]
+		}
+		if ok > 0 {
+			t.Logf("%d of the first puts succeeded together (failures: %v)", ok, errors.Join(errs...))
+		}
+		if all {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("kv put never succeeded: %v", err)
+			t.Fatalf("kv put never succeeded: %v", errors.Join(errs...))
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, kv := range firsts {
+		if out, err := kvRun("", "get", kv[0]); err != nil || out != kv[1]+"\n" {
+			t.Fatalf("get %s after the racing first puts = %q, %v", kv[0], out, err)
+		}
+	}
+	if _, err := kvRun("", "del", "first1", "first2"); err != nil {
+		t.Fatal(err)
 	}
 	var in bytes.Buffer
 	const n = 2000
