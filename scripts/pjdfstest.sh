@@ -7,7 +7,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-config="$PWD/scripts/pjdfstest.toml"
+config="${PJDFSTEST_CONFIG:-$PWD/scripts/pjdfstest.toml}"
 export PATH="$HOME/.cargo/bin:/root/.cargo/bin:$PATH"
 
 if ! command -v pjdfstest >/dev/null; then

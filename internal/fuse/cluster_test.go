@@ -351,6 +351,27 @@ func posixSmoke(t *testing.T, mnt string) {
 	if got, _ := os.ReadFile(p); !bytes.Equal(got, want) {
 		t.Fatalf("after truncates: %q", got)
 	}
+	// posix_fallocate extends; KEEP_SIZE and hole punching do not.
+	f, err = os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Fallocate(int(f.Fd()), 0, 0, 40); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Fallocate(int(f.Fd()), 1, 0, 1000); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, syscall.Fallocate(int(f.Fd()), 0x3, 0, 10), syscall.EOPNOTSUPP)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Size() != 40 {
+		t.Fatalf("size after fallocate: %v %v", fi, err)
+	}
+	if err := os.Truncate(p, 20); err != nil {
+		t.Fatal(err)
+	}
 	// Metadata.
 	if err := os.Chmod(p, 0o600); err != nil {
 		t.Fatal(err)

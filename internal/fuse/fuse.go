@@ -518,12 +518,44 @@ type handle struct {
 }
 
 var (
-	_ gofs.FileReader   = (*handle)(nil)
-	_ gofs.FileWriter   = (*handle)(nil)
-	_ gofs.FileFlusher  = (*handle)(nil)
-	_ gofs.FileFsyncer  = (*handle)(nil)
-	_ gofs.FileReleaser = (*handle)(nil)
+	_ gofs.FileAllocater = (*handle)(nil)
+	_ gofs.FileReader    = (*handle)(nil)
+	_ gofs.FileWriter    = (*handle)(nil)
+	_ gofs.FileFlusher   = (*handle)(nil)
+	_ gofs.FileFsyncer   = (*handle)(nil)
+	_ gofs.FileReleaser  = (*handle)(nil)
 )
+
+// Allocate implements FileAllocater: posix_fallocate(3). Space is never
+// reserved (the cluster's capacity is shared), so mode 0 only extends the
+// file to off+size and FALLOC_FL_KEEP_SIZE does nothing; hole punching and
+// the other modes are not supported.
+func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
+	const keepSize = 0x1 // FALLOC_FL_KEEP_SIZE
+	switch mode {
+	case 0, keepSize:
+	default:
+		return syscall.EOPNOTSUPP
+	}
+	if h.r.fsys.ReadOnly() {
+		return syscall.EROFS
+	}
+	end := off + size
+	if end < off {
+		return syscall.EFBIG
+	}
+	a, err := h.r.fsys.GetAttr(ctx, h.h)
+	if err != nil {
+		return h.r.errno("fallocate", err)
+	}
+	if mode == keepSize || end <= a.Size {
+		return 0
+	}
+	_, err = h.r.fsys.SetAttr(ctx, h.h, fs.SetAttrIn{Valid: fs.SetSize, Size: end})
+	return h.r.errno("fallocate", err)
+}
 
 // Read implements FileReader.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
