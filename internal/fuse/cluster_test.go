@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -598,8 +599,10 @@ func snapshotDuringWrites(t *testing.T, e *env, mnt string) {
 	stop := make(chan struct{})
 	done := make(chan error, 1)
 	var steps int
+	var progress atomic.Int64
 	go func() {
 		for i := 0; ; i++ {
+			progress.Store(int64(i))
 			select {
 			case <-stop:
 				steps = i
@@ -618,9 +621,20 @@ func snapshotDuringWrites(t *testing.T, e *env, mnt string) {
 			}
 		}
 	}()
-	time.Sleep(3 * time.Second)
+	// Snapshot once the writer is well under way, and let it go on after
+	// (however slow the machine).
+	waitSteps := func(n int64) {
+		deadline := time.Now().Add(2 * time.Minute)
+		for progress.Load() < n && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	time.Sleep(time.Second)
+	waitSteps(3)
 	e.mustArbor("snapshot", "create", "default", "during")
-	time.Sleep(2 * time.Second)
+	after := progress.Load()
+	time.Sleep(time.Second)
+	waitSteps(after + 3)
 	close(stop)
 	if err := <-done; err != nil {
 		t.Fatal(err)
