@@ -66,9 +66,11 @@ BENCH ?= .
 bench:
 	$(GO) test ./bench/ -run '^$$' -bench '$(BENCH)' -benchtime 3s -count 1 -timeout 60m
 
-# Full-size tract store cluster tests (internal/tract): a 1 GiB blob put
-# and got back, kill -9 recovery, growth and balance over a few GiB. They
-# take minutes on 2 cores, so `make test` runs them small.
+# Full-size runs that `make test` does small: the tract store's cluster
+# tests (a 1 GiB blob put and got back, kill -9 recovery, growth and
+# balance over a few GiB) and the B-tree's million keys and ten-round
+# model tests. They take many minutes on 2 cores.
 .PHONY: test-long
 test-long: build
 	ARBOR_LONG=1 ARBOR_BINARY=$(CURDIR)/bin/arbor $(GO) test -count=1 -timeout 60m -run '^TestCluster' -v ./internal/tract/
+	ARBOR_BTREE_MILLION=1 BTREE_MODEL_ROUNDS=10 $(GO) test -count=1 -timeout 60m -run 'TestMillionKeys|TestModel' -v ./internal/btree/...
