@@ -262,10 +262,7 @@ func getFile(ctx context.Context, c *tract.Client, g tract.GUID, out *os.File, m
 		return fmt.Errorf("open blob %s: %w", g, err)
 	}
 	defer b.Close()
-	n, err := b.Size(ctx)
-	if err != nil {
-		return err
-	}
+	n := b.Info().Tracts // OpenBlob just read the length
 	bar := newProgress(stderr, mode, "get", int64(n)*int64(ts), true)
 	var mu sync.Mutex
 	end := int64(0)
@@ -354,11 +351,8 @@ func statBlob(ctx context.Context, c *tract.Client, g tract.GUID) (BlobStat, err
 		return BlobStat{}, fmt.Errorf("open blob %s: %w", g, err)
 	}
 	defer b.Close()
-	n, err := b.Size(ctx)
-	if err != nil {
-		return BlobStat{}, err
-	}
-	info := b.Info()
+	info := b.Info() // OpenBlob just read the length
+	n := info.Tracts
 	st := BlobStat{ID: g.String(), Tracts: n, TractSize: ts, Replication: info.Replication, Created: info.Created, Modified: info.Modified}
 	if n > 0 {
 		last, err := b.TractLength(ctx, n-1)
