@@ -126,13 +126,13 @@ func fetchTLTView(ctx context.Context, c *tractClients) (TLTView, error) {
 	errs := map[uint64]error{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	// Only this loop reads asked; the goroutines write statuses under mu.
+	asked := map[uint64]bool{}
 	for _, s := range t.Servers() {
-		if _, seen := statuses[s.Node]; seen {
+		if asked[s.Node] {
 			continue
 		}
-		mu.Lock()
-		statuses[s.Node] = nil
-		mu.Unlock()
+		asked[s.Node] = true
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
