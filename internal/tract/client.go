@@ -219,23 +219,23 @@ func (c *Client) acquire(ctx context.Context) (func(), error) {
 }
 
 // retryable classifies an error: final errors are returned to the caller;
-// others are retried, after a TLT refresh when refresh is set.
-func retryable(err error) (retry, refresh bool) {
+// others are retried after a TLT refresh (any of them may mean the TLT
+// moved on).
+func retryable(err error) bool {
 	if te, ok := ErrorOf(err); ok {
 		switch te.Code {
-		case tpb.ErrorCode_STALE_TLT, tpb.ErrorCode_WRONG_SERVER:
-			return true, true
-		case tpb.ErrorCode_TLT_BEHIND, tpb.ErrorCode_NOT_READABLE, tpb.ErrorCode_CORRUPT,
+		case tpb.ErrorCode_STALE_TLT, tpb.ErrorCode_WRONG_SERVER,
+			tpb.ErrorCode_TLT_BEHIND, tpb.ErrorCode_NOT_READABLE, tpb.ErrorCode_CORRUPT,
 			tpb.ErrorCode_REPLICA_FAILED, tpb.ErrorCode_OVERLOADED, tpb.ErrorCode_IO_ERROR:
-			return true, true
+			return true
 		}
-		return false, false
+		return false
 	}
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted, codes.ResourceExhausted, codes.Unknown, codes.Internal:
-		return true, true
+		return true
 	}
-	return false, false
+	return false
 }
 
 // do runs attempt until it succeeds, fails for good, or ctx ends.
@@ -254,8 +254,7 @@ func (c *Client) do(ctx context.Context, what string, attempt func(ctx context.C
 		if ctx.Err() != nil {
 			return fmt.Errorf("tract: %s: %w (last error: %v)", what, ctx.Err(), last)
 		}
-		retry, refresh := retryable(err)
-		if !retry {
+		if !retryable(err) {
 			return err
 		}
 		te, _ := ErrorOf(err)
@@ -269,10 +268,8 @@ func (c *Client) do(ctx context.Context, what string, attempt func(ctx context.C
 			}
 			backoff = min(2*backoff, maxClientBackoff)
 		}
-		if refresh {
-			if _, err := c.refresh(ctx, false); err != nil && ctx.Err() != nil {
-				return fmt.Errorf("tract: %s: %w (last error: %v)", what, ctx.Err(), last)
-			}
+		if _, err := c.refresh(ctx, false); err != nil && ctx.Err() != nil {
+			return fmt.Errorf("tract: %s: %w (last error: %v)", what, ctx.Err(), last)
 		}
 	}
 }
@@ -565,7 +562,7 @@ func (b *Blob) readTract(ctx context.Context, i uint64, metaOnly bool) ([]byte, 
 				}
 				return nil
 			}
-			if retry, _ := retryable(err); !retry {
+			if !retryable(err) {
 				return err
 			}
 			if CodeOf(err) == tpb.ErrorCode_STALE_TLT {
