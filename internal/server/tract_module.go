@@ -25,7 +25,6 @@ type tractModule struct {
 	agent  *agentModule
 
 	log     *slog.Logger
-	client  *directory.Client
 	svc     *tract.Service
 	manager *tract.Manager
 	cancel  context.CancelFunc
@@ -53,35 +52,29 @@ func (m *tractModule) Init(ctx context.Context, env *Env) error {
 	m.log = env.Logger
 	opts := env.Config.Tract
 	var err error
-	addrs := make([]string, 0, len(env.Config.DirectoryPeers))
-	for _, p := range env.Config.DirectoryPeers {
-		addrs = append(addrs, p.Addr)
-	}
-	m.client, err = directory.NewClient(directory.ClientConfig{Addresses: addrs, DialOptions: env.Dialer.DialOptions(), Logger: env.Logger})
-	if err != nil {
-		return err
-	}
 	dial := func(addr string) (grpc.ClientConnInterface, error) { return env.Dialer.Conn(addr) }
 	if env.Config.HasRole(RoleStorage) {
+		if m.agent == nil {
+			return errors.New("tract: a storage node needs the node agent")
+		}
 		disks := make([]tract.DiskConfig, len(env.Config.Disks))
 		for i, d := range env.Config.Disks {
 			disks[i] = tract.DiskConfig{Path: d}
 		}
-		epoch := func() uint64 { return 0 }
-		if m.agent != nil {
-			epoch = func() uint64 {
-				if m.agent.agent == nil {
-					return 0
-				}
-				return m.agent.agent.Epoch()
+		epoch := func() uint64 {
+			if m.agent.agent == nil {
+				return 0
 			}
+			return m.agent.agent.Epoch()
 		}
+		// The service shares the agent's directory client: the agent's
+		// Init ran before ours and its Stop runs after ours.
 		m.svc, err = tract.NewService(tract.Config{
 			NodeID:         env.Config.NodeID,
 			Disks:          disks,
 			DB:             env.DB,
 			SyncWrites:     !opts.NoSync,
-			Directory:      m.client,
+			Directory:      m.agent.client,
 			Dial:           dial,
 			Epoch:          epoch,
 			TLTValidity:    max(min(env.Config.Timeouts.NodeDead/2, 5*env.Config.Timeouts.Heartbeat), time.Second),
@@ -145,9 +138,6 @@ func (m *tractModule) Stop(context.Context) error {
 	if m.cancel != nil {
 		m.cancel()
 		m.wg.Wait()
-	}
-	if m.client != nil {
-		return m.client.Close()
 	}
 	return nil
 }
