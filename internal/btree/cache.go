@@ -18,7 +18,6 @@ type pageCache struct {
 	mu         sync.Mutex
 	levels     []cacheLevel
 	maxEntries int
-	count      int
 	evict      uint64
 }
 
@@ -89,14 +88,12 @@ func (c *pageCache) put(height int, p *page, ref PageRef) {
 		es[start] = e
 	case 0:
 		es = slices.Insert(es, start, e)
-		c.count++
 	default:
 		es[start] = e
 		es = slices.Delete(es, start+1, end)
-		c.count -= end - start - 1
 	}
 	lv.entries = es
-	for c.count > c.maxEntries {
+	for n := c.lenLocked(); n > c.maxEntries; n-- {
 		c.evictOne()
 	}
 }
@@ -112,7 +109,6 @@ func (c *pageCache) evictOne() {
 		}
 		j := int(c.evict*0x9e3779b97f4a7c15>>33) % len(lv.entries)
 		lv.entries = append(lv.entries[:j], lv.entries[j+1:]...)
-		c.count--
 		return
 	}
 }
@@ -129,7 +125,6 @@ func (c *pageCache) drop(height int, ref PageRef, k []byte) {
 	i := sort.Search(len(es), func(i int) bool { return bytes.Compare(es[i].lo, k) > 0 }) - 1
 	if i >= 0 && es[i].ref == ref {
 		lv.entries = append(es[:i], es[i+1:]...)
-		c.count--
 	}
 }
 
@@ -141,11 +136,9 @@ func (c *pageCache) dropRef(ref PageRef) {
 		lv := &c.levels[li]
 		out := lv.entries[:0]
 		for _, e := range lv.entries {
-			if e.ref == ref {
-				c.count--
-				continue
+			if e.ref != ref {
+				out = append(out, e)
 			}
-			out = append(out, e)
 		}
 		lv.entries = out
 	}
@@ -155,5 +148,13 @@ func (c *pageCache) dropRef(ref PageRef) {
 func (c *pageCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.count
+	return c.lenLocked()
+}
+
+func (c *pageCache) lenLocked() int {
+	n := 0
+	for _, lv := range c.levels {
+		n += len(lv.entries)
+	}
+	return n
 }
