@@ -161,9 +161,6 @@ func NewService(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Disks returns the number of tractservers (disks) of the node.
-func (s *Service) Disks() int { return len(s.disks) }
-
 // Store returns disk i's store (tests and tools).
 func (s *Service) Store(i int) *Store { return s.disks[i].store }
 
