@@ -244,12 +244,24 @@ func TestMountCluster(t *testing.T) {
 	t.Run("kill-storage-node", func(t *testing.T) { killStorageNode(t, e, a) })
 }
 
-// stress runs workers on both mounts doing random operations on one
-// shared directory (creates, writes, renames over each other, links,
+// stressWorkerEnv, set to "W:DIR", makes the test binary a stress worker
+// process (TestMain): worker W runs its operations in DIR and exits.
+const stressWorkerEnv = "ARBOR_FUSE_STRESS_WORKER"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(stressWorkerEnv); spec != "" {
+		os.Exit(stressWorkerProcess(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// stress runs worker processes on both mounts doing random operations on
+// one shared directory (creates, writes, renames over each other, links,
 // unlinks, mkdir and rmdir), then checks that every file reads whole and
-// that fsck finds nothing wrong.
+// that fsck finds nothing wrong. The workers are separate processes (this
+// test binary run again), so the kernel sees independent callers.
 func stress(t *testing.T, e *env, a, b string) {
-	const workers, ops, names = 4, 60, 12
+	const workers = 4
 	if err := os.Mkdir(filepath.Join(a, "stress"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -261,50 +273,69 @@ func stress(t *testing.T, e *env, a, b string) {
 		}
 		d := filepath.Join(mnt, "stress")
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			name := func() string { return filepath.Join(d, fmt.Sprintf("n%02d", rng.IntN(names))) }
-			for range ops {
-				p := name()
-				var err error
-				switch rng.IntN(7) {
-				case 0, 1:
-					// Whole-file writes of a recognizable pattern: a
-					// reader must never see a mix of two writers.
-					n := 1 + rng.IntN(200_000)
-					err = os.WriteFile(p, bytes.Repeat([]byte{byte('a' + w)}, n), 0o644)
-				case 2:
-					err = os.Rename(p, name())
-				case 3:
-					err = os.Link(p, name())
-				case 4:
-					err = os.Remove(p)
-				case 5:
-					err = os.Mkdir(p, 0o755)
-				case 6:
-					var bs []byte
-					bs, err = os.ReadFile(p)
-					// Concurrent truncating writers may interleave
-					// (as on any file system), leaving holes, but no
-					// byte nobody wrote.
-					if err == nil && len(bytes.Trim(bs, "\x00abcd")) != 0 {
-						t.Errorf("%s holds bytes no writer wrote", p)
-					}
-				}
-				if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrExist) &&
-					!errors.Is(err, syscall.EISDIR) && !errors.Is(err, syscall.ENOTDIR) && !errors.Is(err, syscall.ENOTEMPTY) &&
-					!errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.ESTALE) {
-					// ESTALE: the other mount removed and reclaimed a
-					// file this one had open (open-after-unlink holds
-					// only within one mount, as with NFS).
-					t.Errorf("worker %d: %v", w, err)
-					return
-				}
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%s", stressWorkerEnv, w, d))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("stress worker %d (pid %d): %v\n%s", w, cmd.Process.Pid, err, out)
 			}
 		})
 	}
 	wg.Wait()
 	tree(t, filepath.Join(a, "stress"))
 	e.mustArbor("fsck", "default")
+}
+
+// stressWorkerProcess runs one stress worker; it prints what went wrong
+// and returns the exit status.
+func stressWorkerProcess(spec string) int {
+	const ops, names = 60, 12
+	ws, d, ok := strings.Cut(spec, ":")
+	w, err := strconv.Atoi(ws)
+	if !ok || err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%q: want W:DIR\n", stressWorkerEnv, spec)
+		return 2
+	}
+	rng := rand.New(rand.NewPCG(uint64(w), 7))
+	name := func() string { return filepath.Join(d, fmt.Sprintf("n%02d", rng.IntN(names))) }
+	status := 0
+	for range ops {
+		p := name()
+		var err error
+		switch rng.IntN(7) {
+		case 0, 1:
+			// Whole-file writes of a recognizable pattern: a reader must
+			// never see a mix of two writers.
+			n := 1 + rng.IntN(200_000)
+			err = os.WriteFile(p, bytes.Repeat([]byte{byte('a' + w)}, n), 0o644)
+		case 2:
+			err = os.Rename(p, name())
+		case 3:
+			err = os.Link(p, name())
+		case 4:
+			err = os.Remove(p)
+		case 5:
+			err = os.Mkdir(p, 0o755)
+		case 6:
+			var bs []byte
+			bs, err = os.ReadFile(p)
+			// Concurrent truncating writers may interleave (as on any
+			// file system), leaving holes, but no byte nobody wrote.
+			if err == nil && len(bytes.Trim(bs, "\x00abcd")) != 0 {
+				fmt.Fprintf(os.Stderr, "%s holds bytes no writer wrote\n", p)
+				status = 1
+			}
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrExist) &&
+			!errors.Is(err, syscall.EISDIR) && !errors.Is(err, syscall.ENOTDIR) && !errors.Is(err, syscall.ENOTEMPTY) &&
+			!errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.ESTALE) {
+			// ESTALE: the other mount removed and reclaimed a file this
+			// one had open (open-after-unlink holds only within one
+			// mount, as with NFS).
+			fmt.Fprintf(os.Stderr, "worker %d: %v\n", w, err)
+			return 1
+		}
+	}
+	return status
 }
 
 func posixSmoke(t *testing.T, mnt string) {
