@@ -66,14 +66,20 @@ func (f *kvFlags) register(cmd *cobra.Command, timeout time.Duration) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", timeout, "give up after this long (0: never)")
 }
 
-// decode turns a key or value as given into bytes.
+// decode turns a key or value as given into bytes. A key in the file
+// systems' part of the tree is refused: only arbor fs and mount may
+// change it.
 func (f *kvFlags) decode(what, s string) ([]byte, error) {
-	if !f.hex {
-		return []byte(s), nil
+	b := []byte(s)
+	if f.hex {
+		var err error
+		if b, err = hex.DecodeString(s); err != nil {
+			return nil, fmt.Errorf("%s %s is not hex: %w", what, quoteArg(s), err)
+		}
 	}
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s is not hex: %w", what, quoteArg(s), err)
+	if what == "key" && kv.ReservedForFileSystems(b) {
+		return nil, fmt.Errorf("key %s starts with byte %#02x: keys starting with %#02x to %#02x hold file systems' metadata and are not for arbor kv",
+			quoteArg(s), b[0], kv.FileSystemKeysFirst, kv.FileSystemKeysLast)
 	}
 	return b, nil
 }

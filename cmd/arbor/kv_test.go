@@ -147,6 +147,9 @@ func TestKVBadInputChangesNothing(t *testing.T) {
 		{"oversize key quoted short", "", []string{"put", long, "v"}, "... (1025 bytes): btree: key too large"},
 		{"txn oversize key", "put\t" + long + "\tv\n", []string{"txn"}, "key too large"},
 		{"txn oversize value", "put\ta\t" + strings.Repeat("v", btree.DefaultMaxValueBytes+1) + "\n", []string{"txn"}, "value too large"},
+		{"file-system key", "", []string{"put", "--hex", "1501", "00"}, "hold file systems' metadata"},
+		{"bulk file-system key", "a\t1\n\x1c\t2\n", []string{"put", "--stdin"}, "line 2: key"},
+		{"txn file-system key", "del\t\x14x\n", []string{"txn"}, "hold file systems' metadata"},
 	}
 	for _, c := range cases {
 		_, err := m.run(t, c.stdin, c.args...)

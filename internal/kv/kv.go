@@ -62,6 +62,21 @@ type Directory interface {
 	PutConfig(ctx context.Context, req *dpb.PutConfigRequest) (*dpb.ConfigEntry, error)
 }
 
+// File systems (internal/fs) keep their metadata in the same tree, under
+// keys whose first byte is in [FileSystemKeysFirst, FileSystemKeysLast]
+// (the tuple encoding of a file system number). The kv commands refuse
+// keys there, so that no user write can damage a file system.
+const (
+	FileSystemKeysFirst byte = 0x14
+	FileSystemKeysLast  byte = 0x1c
+)
+
+// ReservedForFileSystems reports whether key lies in the file systems'
+// part of the tree.
+func ReservedForFileSystems(key []byte) bool {
+	return len(key) > 0 && key[0] >= FileSystemKeysFirst && key[0] <= FileSystemKeysLast
+}
+
 // ErrNoExtents is returned when the cluster has no extent to create the
 // tree in yet (the extent manager creates the first ones once storage
 // nodes have registered).
