@@ -185,16 +185,47 @@ func TestLaggingReplicaCatchesUpBySnapshot(t *testing.T) {
 		c.propose(1, setCmd(k, k))
 		want[k] = k
 	}
+	// The leader truncates its log after handling a Ready; propose until
+	// it has dropped entries the lagger needs, so that healing must send
+	// a snapshot rather than the log.
+	behind, err := c.engines[lagger].Status(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		st, err := c.engines[lead].Status(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.LogStart > behind.Applied+1 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the leader's log still starts at %d after %d more proposals; the lagger applied %d", st.LogStart, i, behind.Applied)
+		}
+		k := fmt.Sprintf("more%03d", i)
+		c.propose(1, setCmd(k, k))
+		want[k] = k
+	}
 	c.net.Heal()
 	c.waitConverged(1, c.ids, want)
+	// The state machine is restored before the transfer is counted, so
+	// the counters may lag convergence by a moment.
 	var sent, applied uint64
-	for _, e := range c.engines {
-		m := e.Metrics()
-		sent += m.SnapshotsSent
-		applied += m.SnapshotsApplied
-	}
-	if applied == 0 {
-		t.Fatalf("lagging replica should have caught up by snapshot (sent %d, applied %d)", sent, applied)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		sent, applied = 0, 0
+		for _, e := range c.engines {
+			m := e.Metrics()
+			sent += m.SnapshotsSent
+			applied += m.SnapshotsApplied
+		}
+		if applied > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lagging replica should have caught up by snapshot (sent %d, applied %d)", sent, applied)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	// The installed snapshot survives a restart, and the replica keeps
 	// applying after it.

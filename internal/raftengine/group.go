@@ -621,7 +621,7 @@ func (g *group) publishStatus() {
 	prev := g.status.Load()
 	if prev != nil && prev.Leader == st.Lead && prev.Term == st.HardState.GetTerm() &&
 		prev.Commit == st.HardState.GetCommit() && prev.Applied == g.applied &&
-		prev.Quiesced == g.quiesced.Load() && prev.confState == g.confState {
+		prev.Quiesced == g.quiesced.Load() && prev.confState == g.confState && prev.LogStart == g.store.truncIndex+1 {
 		return
 	}
 	g.status.Store(&GroupStatus{
@@ -635,6 +635,7 @@ func (g *group) publishStatus() {
 		Voters:    append([]uint64(nil), g.confState.GetVoters()...),
 		Learners:  append([]uint64(nil), g.confState.GetLearners()...),
 		Quiesced:  g.quiesced.Load(),
+		LogStart:  g.store.truncIndex + 1,
 		confState: g.confState,
 	})
 }

@@ -16,6 +16,9 @@ type GroupStatus struct {
 	Learners []uint64
 	// Quiesced is true while the group is idle and not ticking.
 	Quiesced bool
+	// LogStart is the first index still in this replica's log; a replica
+	// that needs an earlier one is sent a snapshot.
+	LogStart uint64
 	// Progress is the leader's view of each replica's match index; empty
 	// on followers.
 	Progress map[uint64]ReplicaProgress
