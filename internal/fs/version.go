@@ -24,18 +24,7 @@ type wtx struct {
 // cookies; a file's inode and blocks) costs nothing more. Only written
 // keys are charged one each.
 func (w *wtx) current(prefix []byte) (version, []byte, error) {
-	kvs, err := w.tx.Scan(versioned(prefix, w.epoch), tuple.PrefixEnd(prefix), 1)
-	if err != nil {
-		return version{}, nil, err
-	}
-	if len(kvs) == 0 {
-		return version{}, nil, nil
-	}
-	_, s, err := splitVersion(kvs[0].Key)
-	if err != nil {
-		return version{}, nil, err
-	}
-	return parseVersion(s, kvs[0].Value)
+	return readAt(w.tx, prefix, w.epoch)
 }
 
 func parseVersion(s uint64, v []byte) (version, []byte, error) {
