@@ -160,17 +160,9 @@ func (f *FS) Open(ctx context.Context, h Handle) (Attr, error) {
 	if err != nil {
 		return a, err
 	}
-	if a.IsDir() {
-		return a, nil
+	if !a.IsDir() {
+		f.OpenNew(h)
 	}
-	st := f.pin(h, true)
-	defer f.unpin(st)
-	f.filesMu.Lock()
-	st.opens++
-	f.filesMu.Unlock()
-	st.cacheMu.Lock()
-	st.known, st.blocks = false, nil
-	st.cacheMu.Unlock()
 	return a, nil
 }
 
