@@ -148,7 +148,7 @@ func (f *FS) Lookup(ctx context.Context, dir Handle, name string) (Attr, error) 
 		return f.GetAttr(ctx, dir)
 	}
 	if name == ".." {
-		var parent Handle
+		var a Attr
 		err := f.view(ctx, func(tx MetaTxn, s uint64) error {
 			n, err := readInode(tx, f.keys, dir, s)
 			if err != nil {
@@ -157,13 +157,15 @@ func (f *FS) Lookup(ctx context.Context, dir Handle, name string) (Attr, error) 
 			if n.Mode&sIFMT != sIFDIR {
 				return errf(syscall.ENOTDIR, "object %v", dir)
 			}
-			parent = Handle{D: n.Parent}
+			parent := Handle{D: n.Parent}
+			pn, err := readInode(tx, f.keys, parent, s)
+			if err != nil {
+				return err
+			}
+			a = f.attrOf(parent, pn)
 			return nil
 		})
-		if err != nil {
-			return Attr{}, err
-		}
-		return f.GetAttr(ctx, parent)
+		return a, err
 	}
 	if err := checkName(name); err != nil {
 		return Attr{}, err
