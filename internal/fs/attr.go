@@ -305,32 +305,13 @@ func (f *FS) trim(ctx context.Context, st *file) error {
 // liveBlocks lists up to max block starts at or after from whose newest
 // version is live.
 func (f *FS) liveBlocks(ctx context.Context, h Handle, from uint64, max int) ([]uint64, error) {
-	return f.liveVersioned(ctx, f.keys.block(h, from), endOf(f.keys.blockPrefix(h)), max, blockOffset)
-}
-
-// liveVersioned lists the prefixes in [from, to) whose newest version is
-// live, decoded by name, up to max.
-func (f *FS) liveVersioned(ctx context.Context, from, to []byte, max int, name func([]byte) (uint64, error)) ([]uint64, error) {
 	var out []uint64
-	var last []byte
 	stop := errors.New("stop")
-	err := f.meta.Scan(ctx, from, to, func(key, value []byte) error {
-		prefix, s, err := splitVersion(key)
-		if err != nil {
-			return err
-		}
-		if last != nil && string(prefix) == string(last) {
-			return nil
-		}
-		last = append(last[:0], prefix...)
-		v, _, err := parseVersion(s, value)
-		if err != nil {
-			return err
-		}
+	err := f.scanAt(ctx, f.keys.block(h, from), endOf(f.keys.blockPrefix(h)), headSnapshot, func(prefix []byte, v version, _ []byte) error {
 		if !v.live() {
 			return nil
 		}
-		x, err := name(prefix)
+		x, err := blockOffset(prefix)
 		if err != nil {
 			return err
 		}

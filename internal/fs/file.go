@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -621,27 +620,14 @@ func (f *FS) blockEntries(ctx context.Context, st *file, starts []uint64) (map[u
 	}
 	from := k.block(st.h, missing[0])
 	to := tuple.PrefixEnd(k.block(st.h, missing[len(missing)-1]))
-	var lastPrefix []byte
 	found := map[uint64]cachedBlock{}
-	err := f.meta.Scan(ctx, from, to, func(key, value []byte) error {
-		prefix, s, err := splitVersion(key)
-		if err != nil {
-			return err
-		}
-		if s > f.readAt || bytes.Equal(prefix, lastPrefix) {
-			return nil
-		}
-		lastPrefix = bytes.Clone(prefix)
+	err := f.scanAt(ctx, from, to, f.readAt, func(prefix []byte, v version, payload []byte) error {
 		off, err := blockOffset(prefix)
 		if err != nil {
 			return err
 		}
 		if !want[off] {
 			return nil
-		}
-		v, payload, err := parseVersion(s, value)
-		if err != nil {
-			return err
 		}
 		b := cachedBlock{v: v}
 		if v.live() {

@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -924,21 +923,8 @@ func (f *FS) ReadDir(ctx context.Context, dir Handle, after uint64, max int) ([]
 	from := k.cookie(dir, after+1)
 	_, to := tuple.PrefixRange(k.cookiePrefix(dir))
 	var out []DirEntry
-	var lastPrefix []byte
 	done := fmt.Errorf("done")
-	err := f.meta.Scan(ctx, from, to, func(key, value []byte) error {
-		prefix, s, err := splitVersion(key)
-		if err != nil {
-			return err
-		}
-		if s > f.readAt || bytes.Equal(prefix, lastPrefix) {
-			return nil // a newer version than the reader's, or one already decided
-		}
-		lastPrefix = bytes.Clone(prefix)
-		v, payload, err := parseVersion(s, value)
-		if err != nil {
-			return err
-		}
+	err := f.scanAt(ctx, from, to, f.readAt, func(prefix []byte, v version, payload []byte) error {
 		if !v.live() {
 			return nil
 		}
@@ -948,11 +934,11 @@ func (f *FS) ReadDir(ctx context.Context, dir Handle, after uint64, max int) ([]
 		}
 		t, err := tuple.Unpack(prefix)
 		if err != nil || len(t) < 6 {
-			return fmt.Errorf("%w: cookie key %x", errCorrupt, key)
+			return fmt.Errorf("%w: cookie key %x", errCorrupt, prefix)
 		}
 		c, ok := t[len(t)-1].(int64)
 		if !ok {
-			return fmt.Errorf("%w: cookie key %x", errCorrupt, key)
+			return fmt.Errorf("%w: cookie key %x", errCorrupt, prefix)
 		}
 		out = append(out, DirEntry{Name: ce.Name, Handle: ce.H, Type: ce.Type, Cookie: uint64(c)})
 		if len(out) >= max {

@@ -1,6 +1,9 @@
 package fs
 
 import (
+	"bytes"
+	"context"
+
 	"github.com/arbor-storage/arbor/internal/btree/tuple"
 )
 
@@ -104,6 +107,29 @@ func readAt(tx MetaTxn, prefix []byte, s uint64) (version, []byte, error) {
 		return version{}, nil, err
 	}
 	return parseVersion(vs, kvs[0].Value)
+}
+
+// scanAt calls fn, in key order, with the version of each prefix in
+// [from, to) that a reader at snapshot s sees (tombstones included): what
+// readAt gives for every prefix of a range, by the store's Scan (not
+// atomic).
+func (f *FS) scanAt(ctx context.Context, from, to []byte, s uint64, fn func(prefix []byte, v version, payload []byte) error) error {
+	var last []byte
+	return f.meta.Scan(ctx, from, to, func(key, value []byte) error {
+		prefix, vs, err := splitVersion(key)
+		if err != nil {
+			return err
+		}
+		if vs > s || (last != nil && bytes.Equal(prefix, last)) {
+			return nil // newer than the reader, or a prefix already decided
+		}
+		last = append(last[:0], prefix...)
+		v, payload, err := parseVersion(vs, value)
+		if err != nil {
+			return err
+		}
+		return fn(prefix, v, payload)
+	})
 }
 
 // snapSet is the set of snapshot numbers with a record in the metadata

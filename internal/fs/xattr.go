@@ -57,27 +57,17 @@ func (f *FS) ListXattr(ctx context.Context, h Handle) ([]string, error) {
 	}
 	prefix := f.keys.xattrPrefix(h)
 	var names []string
-	var last []byte
-	err := f.meta.Scan(ctx, prefix, endOf(prefix), func(key, value []byte) error {
-		p, s, err := splitVersion(key)
-		if err != nil {
-			return err
-		}
-		if s > f.readAt || string(p) == string(last) {
+	err := f.scanAt(ctx, prefix, endOf(prefix), f.readAt, func(p []byte, v version, _ []byte) error {
+		if !v.live() {
 			return nil
-		}
-		last = append(last[:0], p...)
-		v, _, err := parseVersion(s, value)
-		if err != nil || !v.live() {
-			return err
 		}
 		t, err := tuple.Unpack(p)
 		if err != nil || len(t) != 6 {
-			return fmt.Errorf("%w: attribute key %x", errCorrupt, key)
+			return fmt.Errorf("%w: attribute key %x", errCorrupt, p)
 		}
 		b, ok := t[5].([]byte)
 		if !ok {
-			return fmt.Errorf("%w: attribute key %x", errCorrupt, key)
+			return fmt.Errorf("%w: attribute key %x", errCorrupt, p)
 		}
 		names = append(names, string(b))
 		return nil
