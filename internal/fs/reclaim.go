@@ -205,10 +205,8 @@ func (f *FS) dropOrphanRecord(ctx context.Context, h Handle) error {
 
 // deleteQueuedBlob deletes a blob listed in the blob queue, then its entry.
 func (f *FS) deleteQueuedBlob(ctx context.Context, g GUID) error {
-	for _, db := range []GUID{g} {
-		if err := f.data.DeleteBlob(ctx, db); err != nil && !errors.Is(err, ErrBlobNotFound) {
-			return storeErr("delete blob", err)
-		}
+	if err := f.data.DeleteBlob(ctx, g); err != nil && !errors.Is(err, ErrBlobNotFound) {
+		return storeErr("delete blob", err)
 	}
 	return f.meta.Update(ctx, func(tx MetaTxn) error { return tx.Delete(f.keys.blobQueue(g)) })
 }
