@@ -225,8 +225,6 @@ func caller(ctx context.Context) fs.Cred {
 // child returns the kernel inode of the object a describes, making it if
 // the kernel does not know it yet.
 func (n *node) child(ctx context.Context, a *fs.Attr, out *gofuse.EntryOut) *gofs.Inode {
-	ctx, cancel := opContext(ctx)
-	defer cancel()
 	fillAttr(a, &out.Attr)
 	if a.Mode&syscall.S_IFMT == syscall.S_IFREG {
 		n.r.mu.Lock()
@@ -652,8 +650,6 @@ const readdirBatch = 256
 
 // Readdirent implements FileReaddirenter.
 func (d *dirHandle) Readdirent(ctx context.Context) (*gofuse.DirEntry, syscall.Errno) {
-	ctx, cancel := opContext(ctx)
-	defer cancel()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch d.pos {
@@ -672,7 +668,11 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*gofuse.DirEntry, syscall.E
 		if after < 3 {
 			after = 0
 		}
-		es, err := d.n.r.fsys.ReadDir(ctx, d.n.h, after, readdirBatch)
+		// Only a batch fetch needs an operation context: most calls
+		// return an entry of the batch in hand.
+		octx, cancel := opContext(ctx)
+		es, err := d.n.r.fsys.ReadDir(octx, d.n.h, after, readdirBatch)
+		cancel()
 		if err != nil {
 			return nil, d.n.r.errno("readdir", err)
 		}
