@@ -89,10 +89,10 @@ func mountFS(ctx context.Context, target clusterTarget, opts mountOptions, logge
 // prepareMountPoint creates dir if missing and clears a dead FUSE mount
 // left there by a process that was killed.
 func prepareMountPoint(dir string) error {
-	_, err := os.Stat(dir)
+	fi, err := os.Stat(dir)
 	if errors.Is(err, syscall.ENOTCONN) {
 		lazyUnmount(dir)
-		_, err = os.Stat(dir)
+		fi, err = os.Stat(dir)
 	}
 	if errors.Is(err, os.ErrNotExist) {
 		return os.MkdirAll(dir, 0o755)
@@ -100,7 +100,7 @@ func prepareMountPoint(dir string) error {
 	if err != nil {
 		return fmt.Errorf("mount point %s: %w", dir, err)
 	}
-	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+	if !fi.IsDir() {
 		return fmt.Errorf("%w: mount point %s is not a directory", errKernelMount, dir)
 	}
 	if mountedAt(dir) {
