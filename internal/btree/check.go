@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // maxCheckProblems bounds the problems a CheckReport lists.
@@ -69,10 +70,39 @@ func (r *CheckReport) problem(format string, args ...any) {
 // its parent's entries give it; the right links chain each level in key
 // order; every key lies within its page's fences (so in the only page that
 // owns it); no page is reachable twice; and every block's header marks in
-// use exactly the tree's pages in that block. Check's reads happen at
-// different times, so run it on a tree nobody is changing; an error means
-// it could not read the tree, problems are in the report.
+// use exactly the tree's pages in that block. An error means it could not
+// read the tree, problems are in the report.
+//
+// Check's reads happen at different times, so a split or a rebalance
+// between the read of a parent and of its children (the background
+// rebalancer's, for one, even when no client writes) shows as fences that
+// disagree. Such a mix does not last: Check walks the tree again, up to
+// checkAttempts times, and reports the problems only if every walk finds
+// some. Damage that stays is found every time; run Check on a tree nobody
+// is changing for a report that cannot be a mix of moments.
 func (t *Tree) Check(ctx context.Context) (*CheckReport, error) {
+	for attempt := 0; ; attempt++ {
+		rep, err := t.checkOnce(ctx)
+		if err != nil || rep.OK() || attempt == checkAttempts-1 {
+			return rep, err
+		}
+		// Long enough for a structural transaction in flight to commit.
+		select {
+		case <-ctx.Done():
+			return rep, nil
+		case <-time.After(checkRetryWait):
+		}
+	}
+}
+
+// checkAttempts bounds Check's walks of a tree whose walks find problems;
+// checkRetryWait is the pause between them.
+const (
+	checkAttempts  = 3
+	checkRetryWait = 200 * time.Millisecond
+)
+
+func (t *Tree) checkOnce(ctx context.Context) (*CheckReport, error) {
 	rep := &CheckReport{Extents: map[uint64]int{}}
 	type expect struct {
 		ref    PageRef
