@@ -369,14 +369,8 @@ func (f *FS) flushLocked(ctx context.Context, st *file) error {
 		return fmt.Errorf("flush %v: %w", st.h, err)
 	}
 	f.stats.Flushes.Add(1)
-	for _, db := range st.dirty {
-		f.dirty.Add(-int64(db.size))
-	}
-	clear(st.dirty)
-	st.dirtyBytes = 0
-	st.sumMu.Lock()
-	st.hasDirty = false
-	st.sumMu.Unlock()
+	// Flushed: the buffer is now what the stores hold.
+	f.dropDirty(st)
 	return nil
 }
 
