@@ -350,12 +350,12 @@ func (f *FS) update(ctx context.Context, fn func(w *wtx) error) error {
 			if sb.Epoch != c.epoch || sb.Gen != c.gen {
 				return errStaleSnapshots
 			}
-			w := &wtx{tx: tx, epoch: sb.Epoch, snaps: c.set, sb: sb, sbKey: f.keys.superblock()}
+			w := &wtx{tx: tx, epoch: sb.Epoch, snaps: c.set, sb: sb}
 			if err := fn(w); err != nil {
 				return err
 			}
 			if w.sbDirty {
-				return tx.Put(w.sbKey, w.sb.encode())
+				return tx.Put(f.keys.superblock(), w.sb.encode())
 			}
 			return nil
 		})

@@ -16,7 +16,6 @@ type wtx struct {
 	epoch uint64
 	snaps *snapSet
 	sb    *superblock
-	sbKey []byte
 	// sbDirty: the superblock was changed and must be written back.
 	sbDirty bool
 }
