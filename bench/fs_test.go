@@ -22,6 +22,7 @@ import (
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/extent"
 	"github.com/arbor-storage/arbor/internal/fs"
+	"github.com/arbor-storage/arbor/internal/fuse"
 	"github.com/arbor-storage/arbor/internal/kv"
 	"github.com/arbor-storage/arbor/internal/server"
 	"github.com/arbor-storage/arbor/internal/tract"
@@ -38,16 +39,6 @@ const fsFilesPerWorker = 250
 
 // fsSeqBytes is the size of the sequential write and read.
 const fsSeqBytes = 1 << 30
-
-func mountedAt(dir string) bool {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
-			return true
-		}
-	}
-	return false
-}
 
 // startFSMount starts a cluster, creates the file system "bench" and
 // mounts it.
@@ -79,7 +70,7 @@ func startFSMount(b *testing.B) (*devcluster.Cluster, string) {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	for !mountedAt(dir) {
+	for !fuse.Mounted(dir) {
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			b.Fatalf("not mounted:\n%s", out.String())

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -78,7 +76,7 @@ func mountFS(ctx context.Context, target clusterTarget, opts mountOptions, logge
 	m, err := fuse.New(fsys, opts.dir, fuse.Options{Name: source, AllowOther: opts.allowOther, Debug: opts.debug, Logger: logger})
 	if err != nil {
 		// A mount can fail after the kernel attached it: detach it.
-		if mountedAt(opts.dir) {
+		if fuse.Mounted(opts.dir) {
 			lazyUnmount(opts.dir)
 		}
 		return nil, errors.Join(fmt.Errorf("%w: %w", errKernelMount, err), fsys.Close(context.WithoutCancel(ctx)))
@@ -103,28 +101,10 @@ func prepareMountPoint(dir string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("%w: mount point %s is not a directory", errKernelMount, dir)
 	}
-	if mountedAt(dir) {
+	if fuse.Mounted(dir) {
 		return fmt.Errorf("%w: %s is a mount point already (unmount it first)", errKernelMount, dir)
 	}
 	return nil
-}
-
-// mountedAt reports whether dir is a mount point.
-func mountedAt(dir string) bool {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return false
-	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == abs {
-			return true
-		}
-	}
-	return false
 }
 
 // lazyUnmount detaches a mount even while it is busy.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
+	"github.com/arbor-storage/arbor/internal/fuse"
 )
 
 // These tests run a dev cluster of real arbor processes and mount its
@@ -97,20 +98,6 @@ type mount struct {
 	once   sync.Once
 }
 
-func isMounted(dir string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && f[4] == dir {
-			return true
-		}
-	}
-	return false
-}
-
 func (e *env) mount(fsName string, extra ...string) *mount {
 	e.t.Helper()
 	dir := filepath.Join(e.t.TempDir(), "mnt")
@@ -128,7 +115,7 @@ func (e *env) mount(fsName string, extra ...string) *mount {
 	m := &mount{dir: dir, cmd: cmd, out: &out, exited: exited}
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.After(2 * time.Minute)
-	for !isMounted(dir) {
+	for !fuse.Mounted(dir) {
 		select {
 		case err := <-exited:
 			e.t.Fatalf("arbor mount exited: %v\n%s", err, out.String())
@@ -595,7 +582,7 @@ func badInput(t *testing.T, e *env, mnt string) {
 	if err == nil || !strings.Contains(out, `no file system named "nosuchfs"`) {
 		t.Fatalf("mount of an unknown file system: %v\n%s", err, out)
 	}
-	if isMounted(dir) {
+	if fuse.Mounted(dir) {
 		t.Fatal("an unknown file system was mounted")
 	}
 	out, err = e.arbor("snapshot", "create", "nosuchfs", "s")
@@ -835,7 +822,7 @@ func TestDevMount(t *testing.T) {
 			_ = cmd.Process.Kill()
 			t.Fatalf("arbor dev did not stop\n%s", out.String())
 		}
-		if isMounted(mnt) {
+		if fuse.Mounted(mnt) {
 			t.Fatalf("still mounted after arbor dev stopped\n%s", out.String())
 		}
 	}

@@ -22,6 +22,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -131,6 +134,25 @@ func (m *Mount) Unmount() error {
 
 // Dir returns the mount point.
 func (m *Mount) Dir() string { return m.dir }
+
+// Mounted reports whether dir is a mount point (of any file system), as
+// /proc/self/mountinfo lists them.
+func Mounted(dir string) bool {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == abs {
+			return true
+		}
+	}
+	return false
+}
 
 // root is what every node of one mount shares.
 type root struct {
