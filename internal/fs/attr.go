@@ -39,10 +39,14 @@ func (f *FS) SetAttr(ctx context.Context, h Handle, in SetAttrIn) (Attr, error) 
 		return Attr{}, syscall.EROFS
 	}
 	if in.Valid&SetSize != 0 {
-		if err := f.truncate(ctx, h, in.Size); err != nil {
+		a, err := f.truncate(ctx, h, in.Size)
+		if err != nil {
 			return Attr{}, err
 		}
 		in.Valid &^= SetSize
+		if in.Valid == 0 {
+			return a, nil
+		}
 	}
 	if in.Valid == 0 {
 		return f.GetAttr(ctx, h)
@@ -98,32 +102,33 @@ func (f *FS) SetAttr(ctx context.Context, h Handle, in SetAttrIn) (Attr, error) 
 // errNeedCopy asks truncate to copy a shared boundary block first.
 var errNeedCopy = errors.New("fs: boundary block is shared with a snapshot")
 
-// truncate sets a regular file's size (truncate(2)).
-func (f *FS) truncate(ctx context.Context, h Handle, size uint64) error {
+// truncate sets a regular file's size (truncate(2)) and returns the
+// attributes it committed.
+func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) {
 	if size > maxFileBytes {
-		return errf(syscall.EFBIG, "size %d (the bound is %d)", size, uint64(maxFileBytes))
+		return Attr{}, errf(syscall.EFBIG, "size %d (the bound is %d)", size, uint64(maxFileBytes))
 	}
 	st := f.pin(h, true)
 	defer f.unpin(st)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if err := f.flushLocked(ctx, st); err != nil {
-		return err
+		return Attr{}, err
 	}
 	n, err := f.headInode(ctx, h)
 	if err != nil {
-		return err
+		return Attr{}, err
 	}
 	switch n.Mode & sIFMT {
 	case sIFREG:
 	case sIFDIR:
-		return errf(syscall.EISDIR, "truncate of directory %v", h)
+		return Attr{}, errf(syscall.EISDIR, "truncate of directory %v", h)
 	default:
-		return errf(syscall.EINVAL, "truncate of non-regular object %v", h)
+		return Attr{}, errf(syscall.EINVAL, "truncate of non-regular object %v", h)
 	}
 	if n.TrimFrom != 0 {
 		if err := f.trim(ctx, st); err != nil {
-			return err
+			return Attr{}, err
 		}
 	}
 	maxBlock := pow2Floor(uint64(f.tractSize))
@@ -138,6 +143,7 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) error {
 	var prepared *blockEntry // a copy of the boundary block, cut to keep
 	var preparedFrom blockEntry
 	used := false
+	var a Attr
 	defer func() {
 		if prepared != nil && !used {
 			f.freeTracts(context.WithoutCancel(ctx), []blockEntry{*prepared})
@@ -192,7 +198,11 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) error {
 			in.Size = size
 			in.Mtime, in.Ctime = now, now
 			in.DataGen++
-			return w.setInode(k, h, icur, in)
+			if err := w.setInode(k, h, icur, in); err != nil {
+				return err
+			}
+			a = f.attrOf(h, in)
+			return nil
 		})
 		if errors.Is(err, errNeedCopy) {
 			if prepared != nil {
@@ -201,41 +211,44 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) error {
 			}
 			data, rerr := f.readTract(ctx, *needCopy)
 			if rerr != nil {
-				return rerr
+				return Attr{}, rerr
 			}
 			if uint64(len(data)) < keep {
 				continue // stale: read again
 			}
 			first, xerr := f.data.Extend(ctx, needCopy.Blob, 1)
 			if xerr != nil {
-				return storeErr("extend blob", xerr)
+				return Attr{}, storeErr("extend blob", xerr)
 			}
 			cp := blockEntry{Blob: needCopy.Blob, Tract: first, Length: keep}
 			if werr := f.data.WriteTract(ctx, cp.Blob, cp.Tract, data[:keep]); werr != nil {
-				return storeErr("write tract", werr)
+				return Attr{}, storeErr("write tract", werr)
 			}
 			prepared, preparedFrom = &cp, *needCopy
 			continue
 		}
 		if errors.Is(err, errRaced) {
 			if err := f.trim(ctx, st); err != nil {
-				return err
+				return Attr{}, err
 			}
 			continue
 		}
 		if err != nil {
-			return err
+			return Attr{}, err
 		}
 		f.freeTracts(ctx, frees)
 		break
 	}
 	if err != nil {
-		return err
+		return Attr{}, err
 	}
 	st.cacheMu.Lock()
 	st.known, st.blocks = false, nil
 	st.cacheMu.Unlock()
-	return f.trim(ctx, st)
+	if err := f.trim(ctx, st); err != nil {
+		return Attr{}, err
+	}
+	return a, nil
 }
 
 // trim deletes the blocks a truncate cut off (from the inode's TrimFrom),
