@@ -90,10 +90,6 @@ func dialFS(ctx context.Context, target clusterTarget, logger *slog.Logger) (*fs
 	return &fsClient{dir: dir, ec: ec, tree: tree, tract: tc, data: data, meta: fs.BTreeMeta{Tree: tree}}, nil
 }
 
-func isNotFound(err error) bool {
-	return status.Code(err) == codes.NotFound || directory.CodeOf(err) == dpb.ErrorCode_NOT_FOUND
-}
-
 func isExists(err error) bool {
 	return status.Code(err) == codes.AlreadyExists || directory.CodeOf(err) == dpb.ErrorCode_ALREADY_EXISTS
 }
@@ -104,7 +100,7 @@ func (c *fsClient) lookupFS(ctx context.Context, name string) (*dpb.FileSystem, 
 		return nil, errors.New("a file system name is required")
 	}
 	f, err := c.dir.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Name: name})
-	if isNotFound(err) {
+	if directory.IsNotFound(err) {
 		return nil, fmt.Errorf("no file system named %q (arbor fs list shows them; arbor fs create makes one)", name)
 	}
 	if err != nil {
@@ -265,7 +261,7 @@ and its directory record. It must not be mounted.`,
 				if err != nil {
 					return err
 				}
-				if _, err := c.dir.DeleteFileSystem(ctx, &dpb.DeleteFileSystemRequest{Number: f.GetNumber()}); err != nil && !isNotFound(err) {
+				if _, err := c.dir.DeleteFileSystem(ctx, &dpb.DeleteFileSystemRequest{Number: f.GetNumber()}); err != nil && !directory.IsNotFound(err) {
 					return fmt.Errorf("delete the directory record of %q: %w", f.GetName(), err)
 				}
 				fmt.Fprintf(a.stdout, "deleted file system %q (number %d): %d keys, %d blobs\n", f.GetName(), f.GetNumber(), st.Keys, st.Blobs)
@@ -364,7 +360,7 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 				if err != nil {
 					return fmt.Errorf("delete snapshot %q: %w", args[1], err)
 				}
-				if _, err := c.dir.DeleteSnapshot(ctx, &dpb.DeleteSnapshotRequest{FileSystem: f.GetNumber(), Snapshot: sn.GetNumber()}); err != nil && !isNotFound(err) {
+				if _, err := c.dir.DeleteSnapshot(ctx, &dpb.DeleteSnapshotRequest{FileSystem: f.GetNumber(), Snapshot: sn.GetNumber()}); err != nil && !directory.IsNotFound(err) {
 					return fmt.Errorf("delete the directory record of snapshot %q: %w", args[1], err)
 				}
 				fmt.Fprintf(a.stdout, "deleted snapshot %q of %q: %d versions, %d tracts, %d blobs reclaimed\n",

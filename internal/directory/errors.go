@@ -80,6 +80,12 @@ func CodeOf(err error) pb.ErrorCode {
 	return -1
 }
 
+// IsNotFound reports whether err says that what was asked for does not
+// exist: the directory's NOT_FOUND, or gRPC's NotFound.
+func IsNotFound(err error) bool {
+	return status.Code(err) == codes.NotFound || CodeOf(err) == pb.ErrorCode_NOT_FOUND
+}
+
 // NotLeaderOf returns the leader hint of an error from a replica that is not
 // the leader.
 func NotLeaderOf(err error) (*pb.NotLeader, bool) {

@@ -32,8 +32,6 @@ import (
 	"slices"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/btree/extentstore"
@@ -175,7 +173,7 @@ func findRoot(ctx context.Context, dir Directory, store btree.PageStore, extents
 		}
 		return root, nil
 	}
-	if !notFound(err) {
+	if !directory.IsNotFound(err) {
 		return btree.PageRef{}, fmt.Errorf("kv: read config %q: %w", RootConfigKey, err)
 	}
 	if len(extents) == 0 {
@@ -207,8 +205,4 @@ func findRoot(ctx context.Context, dir Directory, store btree.PageStore, extents
 		_ = store.Commit(ctx, []btree.Op{{Kind: btree.OpFreeBlock, Ref: block}})
 	}
 	return winner, nil
-}
-
-func notFound(err error) bool {
-	return status.Code(err) == codes.NotFound || directory.CodeOf(err) == dpb.ErrorCode_NOT_FOUND
 }
