@@ -604,7 +604,14 @@ func (t *Tree) rebalance(ctx context.Context, req rebalanceReq) error {
 	if err != nil {
 		return err
 	}
-	if l.p.hiInf || !bytes.Equal(l.p.hi, r.p.lo) || !bytes.Equal(r.p.lo, par.p.keys[ri]) || l.p.next != r.ref {
+	// The three pages were read at different moments: go on only if they
+	// agree on every fence, else the entries merged below would not be in
+	// order (a sibling that absorbed its own neighbour after the parent
+	// was read ends past the parent's next separator). The commit would
+	// refuse such a mix anyway, but the pages built from it must be valid.
+	rhi, rhiInf := par.p.childHi(ri)
+	if l.p.hiInf || !bytes.Equal(l.p.hi, r.p.lo) || !bytes.Equal(r.p.lo, par.p.keys[ri]) || l.p.next != r.ref ||
+		!bytes.Equal(l.p.lo, par.p.keys[li]) || r.p.hiInf != rhiInf || (!rhiInf && !bytes.Equal(r.p.hi, rhi)) {
 		return retry("siblings changed", nil)
 	}
 	writer := rand.Uint64() | 1
