@@ -354,10 +354,13 @@ func (f *FS) flushLocked(ctx context.Context, st *file) error {
 		st.blocks = nil
 		st.cacheMu.Unlock()
 	}
-	if e := errnoOf(err); e == syscall.ENOENT || e == syscall.ESTALE {
+	if e := errnoOf(err); e == syscall.ENOENT || e == syscall.ESTALE || errors.Is(err, ErrBlobNotFound) {
 		// Another client removed the file's last name and reclaimed it
 		// (an open file is kept alive only by the client holding it
-		// open): the buffered data has nowhere to go.
+		// open): the buffered data has nowhere to go. The flush may learn
+		// it from the data store first, when the reclaim has already
+		// deleted the file's blob (only the reclaim of a removed file
+		// deletes one).
 		var lost int64
 		for _, db := range st.dirty {
 			lost += int64(db.size)
