@@ -220,6 +220,9 @@ func (g *group) installSnapshot(inst *snapshotInstall) error {
 	if err := g.sm.Load(prefixReader{r: g.e.db, prefix: dataPrefix(g.id)}); err != nil {
 		return fmt.Errorf("load state machine from snapshot: %w", err)
 	}
+	// Counted as soon as the state machine shows the snapshot, so that
+	// nobody sees the state without the count.
+	g.e.metrics.snapshotsApplied.Add(1)
 	g.unquiesce()
 	if err := g.rn.Step(&raftpb.Message{
 		Type: raftpb.MessageType_MsgSnap.Enum(),
@@ -237,7 +240,6 @@ func (g *group) installSnapshot(inst *snapshotInstall) error {
 			return err
 		}
 	}
-	g.e.metrics.snapshotsApplied.Add(1)
 	g.e.log.Info("snapshot installed", "group", g.id, "index", h.Index, "from", h.From)
 	return nil
 }

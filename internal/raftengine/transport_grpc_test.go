@@ -129,27 +129,35 @@ func TestGRPCTransportReplicatesAndStreamsSnapshots(t *testing.T) {
 	}
 	// Stop node 3, write enough that its log position is truncated away
 	// everywhere, then restart it on a new port: it must catch up by a
-	// snapshot streamed over gRPC.
-	c.stop(3)
-	for i := range 300 {
-		k := fmt.Sprintf("b%03d", i)
-		propose(setCmd(k, fmt.Sprintf("value-%d-%0100d", i, i)))
-		want[k] = fmt.Sprintf("value-%d-%0100d", i, i)
-	}
-	c.start(3, fss[3])
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		sm, err := c.nodes[3].engine.StateMachine(7)
-		if err != nil {
-			t.Fatal(err)
+	// snapshot streamed over gRPC. Now and then (about one run in fifty)
+	// it catches up from the log instead; the round is then played again,
+	// up to three times, so the assertion below still means something.
+	for round := range 3 {
+		c.stop(3)
+		for i := range 300 {
+			k := fmt.Sprintf("b%d-%03d", round, i)
+			propose(setCmd(k, fmt.Sprintf("value-%d-%0100d", i, i)))
+			want[k] = fmt.Sprintf("value-%d-%0100d", i, i)
 		}
-		if mapDiff(want, sm.(*kvSM).snapshot()) == "" {
+		c.start(3, fss[3])
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			sm, err := c.nodes[3].engine.StateMachine(7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mapDiff(want, sm.(*kvSM).snapshot()) == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node 3 did not catch up: %s", mapDiff(want, sm.(*kvSM).snapshot()))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if c.nodes[3].engine.Metrics().SnapshotsApplied > 0 {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node 3 did not catch up: %s", mapDiff(want, sm.(*kvSM).snapshot()))
-		}
-		time.Sleep(20 * time.Millisecond)
+		t.Logf("round %d: node 3 caught up from the log; again", round)
 	}
 	if got := c.nodes[3].engine.Metrics().SnapshotsApplied; got == 0 {
 		t.Fatal("node 3 caught up without a snapshot; the test did not exercise snapshot streaming")
