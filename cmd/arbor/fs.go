@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/arbor-storage/arbor/internal/btree"
-	"github.com/arbor-storage/arbor/internal/btree/extentstore"
 	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/extent"
@@ -66,7 +65,7 @@ func dialFS(ctx context.Context, target clusterTarget, logger *slog.Logger) (*fs
 		dir.Close()
 		return nil, fmt.Errorf("extent client: %w", err)
 	}
-	tree, err := kv.Open(ctx, dir, extentstore.New(ec), btree.Config{Logger: logger})
+	tree, err := kv.OpenOnExtents(ctx, dir, ec, btree.Config{Logger: logger})
 	if err != nil {
 		ec.Close()
 		dir.Close()

@@ -463,7 +463,9 @@ func (c *Client) Geometry(ctx context.Context, extent uint64) (Geometry, error) 
 	return extentInfo(e).Geometry, nil
 }
 
-// Extents lists every extent of the extent map, by id.
+// Extents lists every extent of the extent map, by id. The entries it
+// reads also fill the client's cache, so that the calls that follow do not
+// ask the directory for each extent again.
 func (c *Client) Extents(ctx context.Context) ([]ExtentInfo, error) {
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
@@ -474,10 +476,13 @@ func (c *Client) Extents(ctx context.Context) ([]ExtentInfo, error) {
 		if err != nil {
 			return nil, newError(ErrUnavailable, "list extents", 0, "directory: %v", err)
 		}
+		c.mu.Lock()
 		for _, e := range resp.Extents {
 			out = append(out, extentInfo(e))
 			after = e.ExtentId
+			c.extents[e.ExtentId] = e
 		}
+		c.mu.Unlock()
 		if !resp.More || len(resp.Extents) == 0 {
 			return out, nil
 		}

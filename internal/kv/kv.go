@@ -111,13 +111,23 @@ func Dial(ctx context.Context, addrs []string, logger *slog.Logger, opts ...grpc
 		dir.Close()
 		return nil, fmt.Errorf("kv: extent client: %w", err)
 	}
-	tr, err := Open(ctx, dir, extentstore.New(ec), btree.Config{Logger: logger})
+	tr, err := OpenOnExtents(ctx, dir, ec, btree.Config{Logger: logger})
 	if err != nil {
 		ec.Close()
 		dir.Close()
 		return nil, err
 	}
 	return &Store{Tree: tr, closers: []func() error{dir.Close, ec.Close}}, nil
+}
+
+// OpenOnExtents opens the cluster's KV tree over the extent store's client
+// ec (Open over extentstore.New(ec)). One listing first fills ec's cache:
+// opening the tree reads every extent's geometry, one directory call each
+// otherwise. A failure of that listing shows again, with context, in
+// Open's own.
+func OpenOnExtents(ctx context.Context, dir Directory, ec *extent.Client, cfg btree.Config) (*btree.Tree, error) {
+	_, _ = ec.Extents(ctx)
+	return Open(ctx, dir, extentstore.New(ec), cfg)
 }
 
 // Open opens the cluster's KV tree over store, creating it if the
