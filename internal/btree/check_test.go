@@ -24,7 +24,7 @@ func TestCheckFindsDamage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := env.store.Commit(ctx, []Op{{Kind: OpWrite, Ref: ref, Slot: slot, Data: change(p.clone())}}); err != nil {
+		if _, err := env.store.Commit(ctx, []Op{{Kind: OpWrite, Ref: ref, Slot: slot, Data: change(p.clone())}}); err != nil {
 			t.Fatal(err)
 		}
 	}

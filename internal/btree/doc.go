@@ -64,6 +64,16 @@
 // the transaction (FSS §5). Reads are linearizable one at a time; only the
 // commit's slot checks make a transaction's reads consistent.
 //
+// A client that writes most of the leaves it reads (a metadata server over
+// the tables it owns, DESIGN.md §2.6) can also keep leaves themselves
+// (Config.LeafCacheBytes, leafcache.go): its read-write transactions then
+// take a cached leaf with its slot instead of reading it, and the commit's
+// slot check is what validates it. A leaf another client changed fails
+// the commit with a conflict; the transaction's leaves are forgotten and
+// the next attempt reads them. A transaction that used a cached leaf always
+// commits, even if it wrote nothing, and read-only transactions never use
+// the leaf cache. Written leaves go into it at the slots the store reports.
+//
 // # Transactions
 //
 // Update/View run a function against a Txn, which reads leaves into a
@@ -78,6 +88,8 @@
 // 200 ms) and a deadline (the context's, else Config.TxnTimeout, 30 s).
 // Get of a single key is one linearizable page read and needs no commit; a
 // read-only transaction over several pages commits slot checks only.
+// UpdatePages charges values per leaf instead of per key, for batches of
+// many keys on few leaves (a metadata server's group commit).
 //
 // Structural changes are transactions of their own (rebalance.go). An
 // insert that does not fit aborts its transaction, the page is split

@@ -276,55 +276,64 @@ func (s *MemStore) FreeBlocks(ctx context.Context, extent uint64, near uint64, n
 }
 
 // Commit implements PageStore.
-func (s *MemStore) Commit(ctx context.Context, ops []Op) error {
+func (s *MemStore) Commit(ctx context.Context, ops []Op) ([]uint64, error) {
 	if err := s.delay(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Commits++
-	err := s.commitLocked(ops)
+	slots, err := s.commitLocked(ops)
 	if err != nil {
 		s.stats.FailedCommits++
 	}
-	return err
+	return slots, err
 }
 
-func (s *MemStore) commitLocked(ops []Op) error {
+func (s *MemStore) commitLocked(ops []Op) ([]uint64, error) {
 	byExtent, order, err := s.validateShape(ops)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, id := range order {
 		if s.extents[id].down {
-			return fmt.Errorf("%w: extent %d has no leader (injected)", ErrUnavailable, id)
+			return nil, fmt.Errorf("%w: extent %d has no leader (injected)", ErrUnavailable, id)
 		}
 	}
 	if s.chance(s.faults.CommitUnavailable) {
-		return fmt.Errorf("%w: commit (injected)", ErrUnavailable)
+		return nil, fmt.Errorf("%w: commit (injected)", ErrUnavailable)
 	}
 	for _, id := range order {
 		if err := s.extents[id].check(byExtent[id]); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if len(order) > 1 {
 		s.stats.CrossExtentCommits++
 		if s.chance(s.faults.PreparedCrash) {
-			return s.crashPrepared(byExtent, order)
+			return nil, s.crashPrepared(byExtent, order)
 		}
 	}
 	ambiguous := s.chance(s.faults.CommitAmbiguous)
 	if ambiguous && s.rng.IntN(2) == 0 {
-		return fmt.Errorf("%w: commit reply lost before apply (injected)", ErrAmbiguous)
+		return nil, fmt.Errorf("%w: commit reply lost before apply (injected)", ErrAmbiguous)
 	}
 	for _, id := range order {
 		s.extents[id].apply(byExtent[id])
 	}
 	if ambiguous {
-		return fmt.Errorf("%w: commit reply lost after apply (injected)", ErrAmbiguous)
+		return nil, fmt.Errorf("%w: commit reply lost after apply (injected)", ErrAmbiguous)
 	}
-	return nil
+	// Like the extent store, a cross-extent commit reports no slots.
+	slots := make([]uint64, len(ops))
+	if len(order) == 1 {
+		for i, op := range ops {
+			if op.Kind == OpWrite || op.Kind == OpWriteFresh {
+				slots[i] = s.extents[op.Ref.Extent].slot
+			}
+		}
+	}
+	return slots, nil
 }
 
 // validateShape checks what does not depend on the store's state and

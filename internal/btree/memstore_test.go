@@ -29,7 +29,7 @@ func TestMemStoreMPSC(t *testing.T) {
 	if _, _, err := s.Read(ctx, p9); !errors.Is(err, ErrStale) {
 		t.Fatalf("read of an unallocated block: %v, want ErrStale", err)
 	}
-	if err := s.Commit(ctx, []Op{{Kind: OpAllocBlock, Ref: blk, Slot: free[0].Generation}, {Kind: OpWriteFresh, Ref: p9, Data: []byte("one")}}); err != nil {
+	if _, err := s.Commit(ctx, []Op{{Kind: OpAllocBlock, Ref: blk, Slot: free[0].Generation}, {Kind: OpWriteFresh, Ref: p9, Data: []byte("one")}}); err != nil {
 		t.Fatal(err)
 	}
 	data, slot, err := s.Read(ctx, p9)
@@ -37,14 +37,14 @@ func TestMemStoreMPSC(t *testing.T) {
 		t.Fatalf("read = %q %d %v", data, slot, err)
 	}
 	// The same block cannot be taken twice.
-	if err := s.Commit(ctx, []Op{{Kind: OpAllocBlock, Ref: blk, Slot: free[0].Generation}}); !errors.Is(err, ErrConflict) {
+	if _, err := s.Commit(ctx, []Op{{Kind: OpAllocBlock, Ref: blk, Slot: free[0].Generation}}); !errors.Is(err, ErrConflict) {
 		t.Fatalf("second allocation: %v, want ErrConflict", err)
 	}
 	// A write at an old slot conflicts, and the whole commit fails.
 	p10 := blk
 	p10.Page = 10
 	_, slot10, _ := s.Read(ctx, p10)
-	if err := s.Commit(ctx, []Op{{Kind: OpWrite, Ref: p10, Slot: slot10, Data: []byte("x")}, {Kind: OpWrite, Ref: p9, Slot: slot - 1, Data: []byte("two")}}); !errors.Is(err, ErrConflict) {
+	if _, err := s.Commit(ctx, []Op{{Kind: OpWrite, Ref: p10, Slot: slot10, Data: []byte("x")}, {Kind: OpWrite, Ref: p9, Slot: slot - 1, Data: []byte("two")}}); !errors.Is(err, ErrConflict) {
 		t.Fatalf("stale slot: %v, want ErrConflict", err)
 	}
 	if d, _, _ := s.Read(ctx, p10); len(d) != 0 {
@@ -57,17 +57,17 @@ func TestMemStoreMPSC(t *testing.T) {
 		t.Fatalf("other tenant: %v, want ErrStale", err)
 	}
 	// Bounds.
-	if err := s.Commit(ctx, make([]Op, MaxOpsPerCommit+1)); !errors.Is(err, ErrInvalid) {
+	if _, err := s.Commit(ctx, make([]Op, MaxOpsPerCommit+1)); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("16 ops: %v, want ErrInvalid", err)
 	}
-	if err := s.Commit(ctx, []Op{{Kind: OpWrite, Ref: p9, Slot: slot, Data: make([]byte, 65)}}); !errors.Is(err, ErrInvalid) {
+	if _, err := s.Commit(ctx, []Op{{Kind: OpWrite, Ref: p9, Slot: slot, Data: make([]byte, 65)}}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("oversize page: %v, want ErrInvalid", err)
 	}
-	if err := s.Commit(ctx, []Op{{Kind: OpCheck, Ref: p9, Slot: slot}, {Kind: OpWrite, Ref: p9, Slot: slot}}); !errors.Is(err, ErrInvalid) {
+	if _, err := s.Commit(ctx, []Op{{Kind: OpCheck, Ref: p9, Slot: slot}, {Kind: OpWrite, Ref: p9, Slot: slot}}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("page twice: %v, want ErrInvalid", err)
 	}
 	// Free: every pointer into the block goes stale, the data is gone.
-	if err := s.Commit(ctx, []Op{{Kind: OpCheck, Ref: p9, Slot: slot}, {Kind: OpFreeBlock, Ref: blk}}); err != nil {
+	if _, err := s.Commit(ctx, []Op{{Kind: OpCheck, Ref: p9, Slot: slot}, {Kind: OpFreeBlock, Ref: blk}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.Read(ctx, p9); !errors.Is(err, ErrStale) {
@@ -95,7 +95,7 @@ func TestMemStorePreparedResolve(t *testing.T) {
 			blk := PageRef{Extent: e, Page: 0, Generation: 1, Tenant: 1}
 			p := blk
 			p.Page = 1
-			if err := s.Commit(ctx, []Op{{Kind: OpAllocBlock, Ref: blk, Slot: 0}, {Kind: OpWriteFresh, Ref: p, Data: []byte("old")}}); err != nil {
+			if _, err := s.Commit(ctx, []Op{{Kind: OpAllocBlock, Ref: blk, Slot: 0}, {Kind: OpWriteFresh, Ref: p, Data: []byte("old")}}); err != nil {
 				t.Fatal(err)
 			}
 			pages = append(pages, p)
@@ -106,7 +106,7 @@ func TestMemStorePreparedResolve(t *testing.T) {
 			ops = append(ops, Op{Kind: OpWrite, Ref: p, Slot: slot, Data: []byte("new")})
 		}
 		s.SetFaults(MemFaults{PreparedCrash: 1})
-		err := s.Commit(ctx, ops)
+		_, err := s.Commit(ctx, ops)
 		s.SetFaults(MemFaults{})
 		if !errors.Is(err, ErrAmbiguous) {
 			t.Fatalf("crashed commit: %v, want ErrAmbiguous", err)

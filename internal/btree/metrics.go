@@ -13,6 +13,7 @@ type counters struct {
 	splits, rootSplits, merges, redistributions  atomic.Int64
 	rootCollapses, blocksAllocated, blocksFreed  atomic.Int64
 	rebalanceDropped, blockSplits                atomic.Int64
+	leafCacheHits                                atomic.Int64
 }
 
 // Metrics is a snapshot of what a Tree did since it was opened.
@@ -42,6 +43,11 @@ type Metrics struct {
 	RebalanceDropped int64
 	// CachedPages is the number of entries in the key-to-page cache.
 	CachedPages int
+	// LeafCacheHits counts leaves read-write transactions took from the
+	// leaf cache (Config.LeafCacheBytes) instead of reading them;
+	// CachedLeaves is the number of leaves it holds.
+	LeafCacheHits int64
+	CachedLeaves  int
 }
 
 // CacheHitRatio is CacheHits / (CacheHits + CacheMisses), or 0.
@@ -65,6 +71,8 @@ func (t *Tree) Metrics() Metrics {
 		BlocksAllocated: c.blocksAllocated.Load(), BlocksFreed: c.blocksFreed.Load(), BlockSplits: c.blockSplits.Load(),
 		RebalanceDropped: c.rebalanceDropped.Load(),
 		CachedPages:      t.cache.len(),
+		LeafCacheHits:    c.leafCacheHits.Load(),
+		CachedLeaves:     t.leaves.len(),
 	}
 }
 
@@ -88,6 +96,7 @@ func (t *Tree) RegisterMetrics(reg prometheus.Registerer) error {
 		counter("splits_total", "Page splits.", &c.splits),
 		counter("merges_total", "Page merges.", &c.merges),
 		counter("redistributions_total", "Entry moves between neighbour pages.", &c.redistributions),
+		counter("leaf_cache_hits_total", "Leaves read-write transactions took from the leaf cache.", &c.leafCacheHits),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "arbor", Subsystem: "btree", Name: "cached_pages", Help: "Entries in the key-to-page cache."},
 			func() float64 { return float64(t.cache.len()) }),
 	}

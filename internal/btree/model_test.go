@@ -58,11 +58,18 @@ func newModelEnv(t testing.TB, seed uint64) *modelEnv {
 	return &modelEnv{store: s, root: root}
 }
 
-func (e *modelEnv) open(t testing.TB) *btree.Tree {
+func (e *modelEnv) open(t testing.TB) *btree.Tree { return e.openWith(t, 0) }
+
+// openLeafCached opens a client that trusts its leaf cache (a metadata
+// server's configuration): its read-write transactions read no leaf they
+// hold, so other clients' writes reach it only through failed commits.
+func (e *modelEnv) openLeafCached(t testing.TB) *btree.Tree { return e.openWith(t, 1<<20) }
+
+func (e *modelEnv) openWith(t testing.TB, leafCacheBytes int64) *btree.Tree {
 	t.Helper()
 	tr, err := btree.Open(context.Background(), btree.Config{
 		Store: e.store, Root: e.root, Extents: []uint64{modelExtent, modelExtraExtent},
-		MaxKeyBytes: 16, MaxValueBytes: 64,
+		MaxKeyBytes: 16, MaxValueBytes: 64, LeafCacheBytes: leafCacheBytes,
 		MinBackoff: 50 * time.Microsecond, MaxBackoff: 2 * time.Millisecond,
 	})
 	if err != nil {
@@ -156,8 +163,14 @@ func TestModelConcurrent(t *testing.T) {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
 			seed := seed + uint64(round)
 			env := newModelEnv(t, seed)
+			open := env.open
+			if round%2 == 1 {
+				// Every other round, clients trust their leaf caches: stale
+				// leaves must only ever cost failed commits.
+				open = env.openLeafCached
+			}
 			rep := btreetest.RunConcurrent(t, btreetest.Options{
-				Seed: seed, Open: env.open, Clients: 4, OpsPerClient: 200, Keys: 40, RestartOneIn: 40,
+				Seed: seed, Open: open, Clients: 4, OpsPerClient: 200, Keys: 40, RestartOneIn: 40,
 				Chaos: func() func() {
 					f := modelFaults
 					f.MaxDelay = 100 * time.Microsecond // interleave the clients more

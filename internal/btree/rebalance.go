@@ -308,7 +308,12 @@ func (t *Tree) structCommit(ctx context.Context, ops []Op, probe PageRef, writer
 		seen[k] = true
 	}
 	t.metrics.commits.Add(1)
-	err := t.store.Commit(ctx, ops)
+	_, err := t.store.Commit(ctx, ops)
+	// Structural changes read their pages afresh; the leaf cache forgets
+	// every page they touched, whatever the outcome.
+	for _, op := range ops {
+		t.leaves.drop(op.Ref)
+	}
 	var pe *PreparedError
 	switch {
 	case err == nil:

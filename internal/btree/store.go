@@ -134,7 +134,10 @@ const MaxOpsPerCommit = 15
 //     order, so an OpWriteFresh may follow the OpAllocBlock of its block. It
 //     succeeds only if every OpWrite/OpCheck page still has its Slot, every
 //     Ref's ownership matches, no two ops name the same page, and there are
-//     at most MaxOpsPerCommit ops. A commit over pages of several extents
+//     at most MaxOpsPerCommit ops. On success it returns one slot per op:
+//     the new slot of a page an OpWrite or OpWriteFresh wrote, or 0 when
+//     the store cannot tell (a lost reply, a cross-extent commit) and for
+//     the other kinds. A commit over pages of several extents
 //     is a cross-extent two-phase commit (FSS §6); this interface does not
 //     show it, except through ErrPrepared.
 //   - FreeBlocks lists up to n free blocks of an extent, those nearest to
@@ -145,7 +148,7 @@ const MaxOpsPerCommit = 15
 type PageStore interface {
 	Geometry(ctx context.Context, extent uint64) (Geometry, error)
 	Read(ctx context.Context, ref PageRef) (data []byte, slot uint64, err error)
-	Commit(ctx context.Context, ops []Op) error
+	Commit(ctx context.Context, ops []Op) (slots []uint64, err error)
 	FreeBlocks(ctx context.Context, extent uint64, near uint64, n int) ([]FreeBlock, error)
 	// Resolve finishes or aborts the cross-extent transaction that holds a
 	// page prepared (FSS §6 prefix/suffix rule), so the page can be used.

@@ -83,6 +83,12 @@ type Config struct {
 	// MaxCachedPages bounds the key-to-page cache (entries); zero means
 	// 1<<18, negative disables the cache.
 	MaxCachedPages int
+	// LeafCacheBytes, if positive, keeps up to that many bytes of leaves
+	// (contents and slots) in memory, and read-write transactions use them
+	// without reading the store: the commit's slot checks validate them
+	// (leafcache.go). For a client that writes most of the leaves it reads,
+	// such as a metadata server over its own tables. Zero: no leaf cache.
+	LeafCacheBytes int64
 	// MaxAttempts bounds how often a transaction runs (zero: 100).
 	MaxAttempts int
 	// MinBackoff and MaxBackoff bound the jittered exponential wait between
@@ -111,6 +117,7 @@ type Tree struct {
 	cfg        Config
 	log        *slog.Logger
 	cache      *pageCache
+	leaves     *leafCache // nil unless Config.LeafCacheBytes > 0
 	metrics    counters
 	geomMu     sync.Mutex
 	geometries map[uint64]Geometry
@@ -183,6 +190,7 @@ func Open(ctx context.Context, cfg Config) (*Tree, error) {
 		cfg:              cfg,
 		log:              log,
 		cache:            newPageCache(cfg.MaxCachedPages),
+		leaves:           newLeafCache(cfg.LeafCacheBytes),
 		geometries:       map[uint64]Geometry{},
 		rebalancePending: map[PageRef]bool{},
 		stop:             make(chan struct{}),
@@ -295,7 +303,7 @@ func create(ctx context.Context, store PageStore, extent, tenant uint64) (PageRe
 	header.stamp(writer)
 	leaf := &page{kind: kindLeaf, hiInf: true, lo: []byte{}, hi: []byte{}}
 	leaf.stamp(writer)
-	err = store.Commit(ctx, []Op{
+	_, err = store.Commit(ctx, []Op{
 		{Kind: OpAllocBlock, Ref: block, Slot: fb.Generation},
 		{Kind: OpWriteFresh, Ref: block, Data: header.encode()},
 		{Kind: OpWriteFresh, Ref: root, Data: leaf.encode()},
@@ -348,6 +356,7 @@ func (t *Tree) readRaw(ctx context.Context, ref PageRef) ([]byte, uint64, error)
 		}
 		if errors.Is(err, ErrStale) {
 			t.cache.dropRef(ref)
+			t.leaves.drop(ref)
 			return nil, 0, retry("stale pointer", err)
 		}
 		return data, slot, err

@@ -28,8 +28,10 @@ type Txn struct {
 	ctx      context.Context
 	id       uint64
 	readOnly bool
-	done     bool
-	err      error
+	// perPage charges values per leaf page instead of per key (UpdatePages).
+	perPage bool
+	done    bool
+	err     error
 
 	pages  []*txnPage
 	byRef  map[PageRef]*txnPage
@@ -45,6 +47,10 @@ type txnPage struct {
 	p     *page
 	slot  uint64
 	dirty bool
+	// cached: the page came from the leaf cache, unread (leafcache.go).
+	cached bool
+	// written is the stamped page the commit writes (set by ops).
+	written *page
 	// readWriter is the newest writer of the version read (see probe).
 	readWriter uint64
 }
@@ -90,7 +96,7 @@ func (tx *Txn) countValue(what string) error {
 }
 
 func (tx *Txn) countKey(k []byte) error {
-	if tx.keys[string(k)] {
+	if tx.perPage || tx.keys[string(k)] {
 		return nil
 	}
 	if err := tx.countValue(fmt.Sprintf("key %q", k)); err != nil {
@@ -115,7 +121,12 @@ func (tx *Txn) leafFor(k []byte) (*txnPage, error) {
 			return tp, nil
 		}
 	}
-	loc, err := tx.t.locate(tx.ctx, k, 0)
+	if tx.perPage {
+		if err := tx.countValue(fmt.Sprintf("leaf of %q", k)); err != nil {
+			return nil, err
+		}
+	}
+	loc, cached, err := tx.findLeaf(k)
 	if err != nil {
 		return nil, tx.fail(err)
 	}
@@ -124,10 +135,31 @@ func (tx *Txn) leafFor(k []byte) (*txnPage, error) {
 		// changed since it was read: this attempt cannot commit.
 		return nil, tx.fail(retry("leaf changed during the transaction", nil))
 	}
-	tp := &txnPage{ref: loc.ref, p: loc.p, slot: loc.slot, readWriter: loc.p.writer()}
+	tp := &txnPage{ref: loc.ref, p: loc.p, slot: loc.slot, cached: cached, readWriter: loc.p.writer()}
 	tx.pages = append(tx.pages, tp)
 	tx.byRef[loc.ref] = tp
 	return tp, nil
+}
+
+// findLeaf returns the leaf owning k: from the leaf cache in a read-write
+// transaction when the tree keeps one (leafcache.go), else read from the
+// store (and then remembered in the leaf cache).
+func (tx *Txn) findLeaf(k []byte) (located, bool, error) {
+	leaves := tx.t.leaves
+	if leaves != nil && !tx.readOnly {
+		if ref, ok := tx.t.cache.lookup(0, k); ok {
+			if p, slot, ok := leaves.get(ref); ok && p.owns(k) {
+				tx.t.metrics.leafCacheHits.Add(1)
+				return located{ref, p, slot}, true, nil
+			}
+		}
+	}
+	loc, err := tx.t.locate(tx.ctx, k, 0)
+	if err != nil {
+		return located{}, false, err
+	}
+	leaves.put(loc.ref, loc.p, loc.slot)
+	return loc, false, nil
 }
 
 // Get returns k's value and whether k is present.
@@ -273,8 +305,10 @@ func (tx *Txn) scanLeaf(k []byte) (*txnPage, error) {
 			return tp, nil
 		}
 	}
-	if err := tx.countValue(fmt.Sprintf("scanned page at %q", k)); err != nil {
-		return nil, err
+	if !tx.perPage {
+		if err := tx.countValue(fmt.Sprintf("scanned page at %q", k)); err != nil {
+			return nil, err
+		}
 	}
 	return tx.leafFor(k)
 }
@@ -420,6 +454,7 @@ func (tx *Txn) ops() []Op {
 		if tp.dirty {
 			q := tp.p.clone()
 			q.stamp(tx.id)
+			tp.written = q
 			ops = append(ops, Op{Kind: OpWrite, Ref: tp.ref, Slot: tp.slot, Data: q.encode()})
 		} else {
 			ops = append(ops, Op{Kind: OpCheck, Ref: tp.ref, Slot: tp.slot})
@@ -446,7 +481,7 @@ func (tx *Txn) ops() []Op {
 }
 
 // commit submits the attempt. A read of one page needs no commit: the read
-// was linearizable by itself.
+// was linearizable by itself (unless the page came from the leaf cache).
 func (tx *Txn) commit() error {
 	ops := tx.ops()
 	writes := 0
@@ -455,7 +490,11 @@ func (tx *Txn) commit() error {
 			writes++
 		}
 	}
-	if len(ops) == 0 || (writes == 0 && len(ops) == 1) {
+	cached := false
+	for _, tp := range tx.pages {
+		cached = cached || tp.cached
+	}
+	if len(ops) == 0 || (writes == 0 && len(ops) == 1 && !cached) {
 		return nil
 	}
 	if len(ops) > MaxOpsPerCommit {
@@ -463,10 +502,17 @@ func (tx *Txn) commit() error {
 		return fmt.Errorf("%w: %d pages in one commit", ErrTooManyValues, len(ops))
 	}
 	tx.t.metrics.commits.Add(1)
-	err := tx.t.store.Commit(tx.ctx, ops)
+	slots, err := tx.t.store.Commit(tx.ctx, ops)
+	if err != nil {
+		// Whatever went wrong, what this attempt read may be stale.
+		for _, tp := range tx.pages {
+			tx.t.leaves.drop(tp.ref)
+		}
+	}
 	var pe *PreparedError
 	switch {
 	case err == nil:
+		tx.rememberWritten(ops, slots)
 		return nil
 	case errors.As(err, &pe):
 		if rerr := tx.t.resolve(tx.ctx, pe.Txn); rerr != nil {
@@ -489,6 +535,25 @@ func (tx *Txn) commit() error {
 		return tx.learnOutcome(err)
 	}
 	return err
+}
+
+// rememberWritten puts the leaves a successful commit wrote into the leaf
+// cache, at the slots the store reported.
+func (tx *Txn) rememberWritten(ops []Op, slots []uint64) {
+	if tx.t.leaves == nil {
+		return
+	}
+	written := map[PageRef]uint64{}
+	for i, op := range ops {
+		if op.Kind == OpWrite && i < len(slots) {
+			written[op.Ref] = slots[i]
+		}
+	}
+	for _, tp := range tx.pages {
+		if tp.dirty {
+			tx.t.leaves.put(tp.ref, tp.written, written[tp.ref])
+		}
+	}
 }
 
 // learnOutcome finds out whether an ambiguous commit was applied, from the
@@ -580,7 +645,7 @@ func (tx *Txn) probe(ref PageRef, slot uint64, readWriter uint64) outcome {
 			fence = p.encode()
 		}
 		tx.t.metrics.commits.Add(1)
-		err = tx.t.store.Commit(tx.ctx, []Op{{Kind: OpWrite, Ref: ref, Slot: slot, Data: fence}})
+		_, err = tx.t.store.Commit(tx.ctx, []Op{{Kind: OpWrite, Ref: ref, Slot: slot, Data: fence}})
 		var pe *PreparedError
 		switch {
 		case err == nil:
@@ -622,6 +687,15 @@ func (t *Tree) Update(ctx context.Context, fn func(*Txn) error) error {
 	return t.run(ctx, false, fn)
 }
 
+// UpdatePages is Update for transactions over many keys on few pages (a
+// metadata server's batch of operations, DESIGN.md §2.6): values are
+// charged per leaf page the transaction reads, not per key, so any number
+// of keys fit as long as their leaves (with the other values) stay within
+// MaxTxnValues. Past that every call fails with ErrTooManyValues.
+func (t *Tree) UpdatePages(ctx context.Context, fn func(*Txn) error) error {
+	return t.runMode(ctx, false, true, fn)
+}
+
 // View runs fn in a read-only transaction: every page it reads is checked
 // unchanged at the end, so what fn saw was a consistent state.
 func (t *Tree) View(ctx context.Context, fn func(*Txn) error) error {
@@ -629,6 +703,10 @@ func (t *Tree) View(ctx context.Context, fn func(*Txn) error) error {
 }
 
 func (t *Tree) run(ctx context.Context, readOnly bool, fn func(*Txn) error) error {
+	return t.runMode(ctx, readOnly, false, fn)
+}
+
+func (t *Tree) runMode(ctx context.Context, readOnly, perPage bool, fn func(*Txn) error) error {
 	t.metrics.txns.Add(1)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -642,6 +720,7 @@ func (t *Tree) run(ctx context.Context, readOnly bool, fn func(*Txn) error) erro
 			t.metrics.retries.Add(1)
 		}
 		tx := t.newTxn(ctx, readOnly)
+		tx.perPage = perPage
 		ferr := fn(tx)
 		tx.done = true
 		err := tx.err

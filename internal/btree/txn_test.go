@@ -18,14 +18,14 @@ type recordingStore struct {
 	commits [][]Op
 }
 
-func (r *recordingStore) Commit(ctx context.Context, ops []Op) error {
-	err := r.PageStore.Commit(ctx, ops)
+func (r *recordingStore) Commit(ctx context.Context, ops []Op) ([]uint64, error) {
+	slots, err := r.PageStore.Commit(ctx, ops)
 	if err == nil {
 		r.mu.Lock()
 		r.commits = append(r.commits, append([]Op(nil), ops...))
 		r.mu.Unlock()
 	}
-	return err
+	return slots, err
 }
 
 func (r *recordingStore) count() int {
@@ -531,7 +531,7 @@ type ambiguousStore struct {
 	p  float64
 }
 
-func (a *ambiguousStore) Commit(ctx context.Context, ops []Op) error {
+func (a *ambiguousStore) Commit(ctx context.Context, ops []Op) ([]uint64, error) {
 	a.mu.Lock()
 	hit, apply := a.r.Float64() < a.p, a.r.IntN(2) == 0
 	a.mu.Unlock()
@@ -539,11 +539,11 @@ func (a *ambiguousStore) Commit(ctx context.Context, ops []Op) error {
 		return a.PageStore.Commit(ctx, ops)
 	}
 	if apply {
-		if err := a.PageStore.Commit(ctx, ops); err != nil {
-			return err
+		if _, err := a.PageStore.Commit(ctx, ops); err != nil {
+			return nil, err
 		}
 	}
-	return fmt.Errorf("%w: injected", ErrAmbiguous)
+	return nil, fmt.Errorf("%w: injected", ErrAmbiguous)
 }
 
 // TestAmbiguousCommitsAreLearned: a counter incremented by read-modify-write

@@ -212,7 +212,7 @@ func findRoot(ctx context.Context, dir Directory, store btree.PageStore, extents
 	if winner != root {
 		block := root
 		block.Page-- // the root is page 1 of its block (btree.Create)
-		_ = store.Commit(ctx, []btree.Op{{Kind: btree.OpFreeBlock, Ref: block}})
+		_, _ = store.Commit(ctx, []btree.Op{{Kind: btree.OpFreeBlock, Ref: block}})
 	}
 	return winner, nil
 }

@@ -85,7 +85,7 @@ func (s *Store) Read(ctx context.Context, ref btree.PageRef) ([]byte, uint64, er
 }
 
 // Commit implements btree.PageStore.
-func (s *Store) Commit(ctx context.Context, ops []btree.Op) error {
+func (s *Store) Commit(ctx context.Context, ops []btree.Op) ([]uint64, error) {
 	elems := make([]extent.Element, len(ops))
 	for i, op := range ops {
 		switch op.Kind {
@@ -97,13 +97,13 @@ func (s *Store) Commit(ctx context.Context, ops []btree.Op) error {
 			elems[i] = extent.Write(pointer(op.Ref), 0, op.Data)
 		case btree.OpAllocBlock:
 			if op.Ref.Generation != op.Slot+1 {
-				return fmt.Errorf("%w: op %d: allocation must take generation %d to %d", btree.ErrInvalid, i, op.Slot, op.Slot+1)
+				return nil, fmt.Errorf("%w: op %d: allocation must take generation %d to %d", btree.ErrInvalid, i, op.Slot, op.Slot+1)
 			}
 			elems[i] = extent.AllocateBlock(extent.FreeBlock{Extent: op.Ref.Extent, Page: op.Ref.Page, Generation: op.Slot}, op.Ref.Tenant)
 		case btree.OpFreeBlock:
 			elems[i] = extent.Free(pointer(op.Ref))
 		default:
-			return fmt.Errorf("%w: op %d: unknown kind %v", btree.ErrInvalid, i, op.Kind)
+			return nil, fmt.Errorf("%w: op %d: unknown kind %v", btree.ErrInvalid, i, op.Kind)
 		}
 	}
 	res, err := s.c.Commit(ctx, elems)
@@ -112,10 +112,17 @@ func (s *Store) Commit(ctx context.Context, ops []btree.Op) error {
 		if len(ops) > 0 {
 			ref = ops[0].Ref
 		}
-		return mapError(err, ref, true)
+		return nil, mapError(err, ref, true)
 	}
+	slots := make([]uint64, len(ops))
 	for i, op := range ops {
-		if op.Kind != btree.OpAllocBlock || i >= len(res) {
+		if i >= len(res) {
+			break
+		}
+		if op.Kind == btree.OpWrite || op.Kind == btree.OpWriteFresh {
+			slots[i] = res[i].Slot
+		}
+		if op.Kind != btree.OpAllocBlock {
 			continue
 		}
 		// A zero pointer means the result was not reported (the reply
@@ -123,10 +130,10 @@ func (s *Store) Commit(ctx context.Context, ops []btree.Op) error {
 		// commit does not return it); the allocation is as asked, the
 		// commit having checked the generation.
 		if got := res[i].Block; !got.IsZero() && (got.Generation != op.Ref.Generation || got.Tenant != op.Ref.Tenant || got.Page != op.Ref.Page) {
-			return fmt.Errorf("extentstore: block %v allocated as %v, not as asked: the extent store broke the allocation contract", op.Ref, got)
+			return nil, fmt.Errorf("extentstore: block %v allocated as %v, not as asked: the extent store broke the allocation contract", op.Ref, got)
 		}
 	}
-	return nil
+	return slots, nil
 }
 
 // FreeBlocks implements btree.PageStore.

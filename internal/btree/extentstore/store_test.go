@@ -100,7 +100,7 @@ func TestAdapterMPSC(t *testing.T) {
 	blk := btree.PageRef{Extent: ext, Page: free[0].Page, Generation: free[0].Generation + 1, Tenant: tenant}
 	p1 := blk
 	p1.Page++
-	if err := s.Commit(ctx, []btree.Op{
+	if _, err := s.Commit(ctx, []btree.Op{
 		{Kind: btree.OpAllocBlock, Ref: blk, Slot: free[0].Generation},
 		{Kind: btree.OpWriteFresh, Ref: p1, Data: []byte("hello")},
 	}); err != nil {
@@ -110,7 +110,7 @@ func TestAdapterMPSC(t *testing.T) {
 	if err != nil || string(data) != "hello" || slot == 0 {
 		t.Fatalf("read %q %d %v", data, slot, err)
 	}
-	if err := s.Commit(ctx, []btree.Op{{Kind: btree.OpWrite, Ref: p1, Slot: slot - 1, Data: []byte("x")}}); !errors.Is(err, btree.ErrConflict) {
+	if _, err := s.Commit(ctx, []btree.Op{{Kind: btree.OpWrite, Ref: p1, Slot: slot - 1, Data: []byte("x")}}); !errors.Is(err, btree.ErrConflict) {
 		t.Fatalf("old slot: %v, want ErrConflict", err)
 	}
 	other := p1
@@ -118,10 +118,10 @@ func TestAdapterMPSC(t *testing.T) {
 	if _, _, err := s.Read(ctx, other); !errors.Is(err, btree.ErrStale) {
 		t.Fatalf("other tenant: %v, want ErrStale", err)
 	}
-	if err := s.Commit(ctx, make([]btree.Op, btree.MaxOpsPerCommit+1)); !errors.Is(err, btree.ErrInvalid) {
+	if _, err := s.Commit(ctx, make([]btree.Op, btree.MaxOpsPerCommit+1)); !errors.Is(err, btree.ErrInvalid) {
 		t.Fatalf("16 ops: %v, want ErrInvalid", err)
 	}
-	if err := s.Commit(ctx, []btree.Op{{Kind: btree.OpCheck, Ref: p1, Slot: slot}, {Kind: btree.OpFreeBlock, Ref: blk}}); err != nil {
+	if _, err := s.Commit(ctx, []btree.Op{{Kind: btree.OpCheck, Ref: p1, Slot: slot}, {Kind: btree.OpFreeBlock, Ref: blk}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.Read(ctx, p1); !errors.Is(err, btree.ErrStale) {

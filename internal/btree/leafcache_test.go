@@ -1,0 +1,144 @@
+package btree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// TestLeafCacheSkipsReads: a client with a leaf cache writes the same keys
+// again and again without reading their leaves from the store, and still
+// commits conditional on their slots.
+func TestLeafCacheSkipsReads(t *testing.T) {
+	ctx := context.Background()
+	env := newTestEnv(t, 11, testGeometry)
+	tr := env.open(t, func(c *Config) { c.LeafCacheBytes = 1 << 20; c.RebalanceQueue = -1 })
+	loadKeys(t, tr, 200)
+	before := tr.Metrics()
+	for i := range 50 {
+		if err := tr.Update(ctx, func(tx *Txn) error { return tx.Put(key(i%5), []byte(fmt.Sprint(i))) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := tr.Metrics()
+	if hits := after.LeafCacheHits - before.LeafCacheHits; hits < 45 {
+		t.Errorf("%d leaf cache hits in 50 updates of cached leaves", hits)
+	}
+	if reads := after.PageReads - before.PageReads; reads > 5 {
+		t.Errorf("%d page reads in 50 updates of cached leaves", reads)
+	}
+	if v, _, err := tr.Get(ctx, key(4)); err != nil || string(v) != "49" {
+		t.Fatalf("key 4 = %q, %v; want 49", v, err)
+	}
+}
+
+// TestLeafCacheStaleLeafOnlyConflicts: another client changes a leaf the
+// first one holds in its cache; the first one's next transaction on it
+// conflicts, reads it again and commits on top of the other's write: no
+// write is lost.
+func TestLeafCacheStaleLeafOnlyConflicts(t *testing.T) {
+	ctx := context.Background()
+	env := newTestEnv(t, 12, testGeometry)
+	a := env.open(t, func(c *Config) { c.LeafCacheBytes = 1 << 20; c.RebalanceQueue = -1 })
+	b := env.open(t, func(c *Config) { c.RebalanceQueue = -1 })
+	loadKeys(t, a, 100)
+	incr := func(tr *Tree, k []byte) {
+		t.Helper()
+		err := tr.Update(ctx, func(tx *Txn) error {
+			v, _, err := tx.Get(k)
+			if err != nil {
+				return err
+			}
+			n := 0
+			fmt.Sscan(string(v), &n)
+			return tx.Put(k, []byte(fmt.Sprint(n+1)))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := key(7)
+	if err := a.Put(ctx, k, []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		incr(a, k) // from a's cache
+		incr(b, k) // behind a's back
+	}
+	v, _, err := b.Get(ctx, k)
+	if err != nil || string(v) != "20" {
+		t.Fatalf("counter = %q, %v; want 20 (a lost write)", v, err)
+	}
+	if a.Metrics().Conflicts == 0 {
+		t.Error("the stale leaf never conflicted")
+	}
+	// A read-only transaction never trusts the cache.
+	if err := b.Put(ctx, k, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := a.Get(ctx, k); err != nil || string(v) != "x" {
+		t.Fatalf("View read %q, %v after another client's write; want x", v, err)
+	}
+	// An update that only reads a stale cached leaf still validates it.
+	if err := b.Put(ctx, k, []byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := a.Update(ctx, func(tx *Txn) error {
+		v, _, err := tx.Get(k)
+		got = string(v)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got != "y" {
+		t.Fatalf("read-only Update saw %q after another client's write; want y", got)
+	}
+}
+
+// TestUpdatePagesChargesPages: UpdatePages takes any number of keys on few
+// leaves, and refuses a transaction whose leaves exceed MaxTxnValues.
+func TestUpdatePagesChargesPages(t *testing.T) {
+	ctx := context.Background()
+	env := newTestEnv(t, 13, testGeometry)
+	tr := env.open(t, func(c *Config) { c.RebalanceQueue = -1 })
+	loadKeys(t, tr, 2000)
+	// 40 neighbouring keys live on a few leaves: too many keys for
+	// Update, fine for UpdatePages.
+	write := func(tx *Txn, from, n int) error {
+		for i := from; i < from+n; i++ {
+			if err := tx.Put(key(i), []byte("batch")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := tr.Update(ctx, func(tx *Txn) error { return write(tx, 100, 40) }); !errors.Is(err, ErrTooManyValues) {
+		t.Fatalf("Update of 40 keys: %v, want ErrTooManyValues", err)
+	}
+	if err := tr.UpdatePages(ctx, func(tx *Txn) error { return write(tx, 100, 40) }); err != nil {
+		t.Fatalf("UpdatePages of 40 neighbouring keys: %v", err)
+	}
+	for i := 100; i < 140; i++ {
+		if v, _, err := tr.Get(ctx, key(i)); err != nil || string(v) != "batch" {
+			t.Fatalf("key %d = %q, %v", i, v, err)
+		}
+	}
+	// Keys spread over the whole tree need a leaf each.
+	err := tr.UpdatePages(ctx, func(tx *Txn) error {
+		for i := 0; i < 2000; i += 100 {
+			if err := tx.Put(key(i), []byte("far")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, ErrTooManyValues) {
+		t.Fatalf("UpdatePages over 20 leaves: %v, want ErrTooManyValues", err)
+	}
+	if v, _, _ := tr.Get(ctx, key(0)); string(v) == "far" {
+		t.Fatal("a refused transaction wrote")
+	}
+	mustCheck(t, tr)
+}
