@@ -16,6 +16,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/btree/extentstore"
 	"github.com/arbor-storage/arbor/internal/btree/tuple"
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/directory"
@@ -334,7 +335,11 @@ func BenchmarkFSSnapshots(b *testing.B) {
 	if err := fs.Format(ctx, meta, rec.GetNumber(), fs.DefaultLayout, time.Now()); err != nil {
 		b.Fatal(err)
 	}
-	fsys, err := fs.Open(ctx, fs.Config{Meta: meta, Data: data, Number: rec.GetNumber()})
+	engine, err := fs.Open(ctx, fs.Config{Meta: meta, Data: data, Number: rec.GetNumber()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fsys, err := client.NewFS(client.FSConfig{Meta: client.Local{FS: engine, Session: 1}, Data: data})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -401,7 +406,7 @@ func BenchmarkFSSnapshots(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := fsys.CreateSnapshot(ctx, sn.GetNumber(), sn.GetName()); err != nil {
+			if err := engine.CreateSnapshot(ctx, sn.GetNumber(), sn.GetName()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -422,7 +427,7 @@ func BenchmarkFSSnapshots(b *testing.B) {
 	}
 }
 
-func writeClose(b *testing.B, fsys *fs.FS, h fs.Handle, p []byte) {
+func writeClose(b *testing.B, fsys *client.FS, h fs.Handle, p []byte) {
 	ctx := context.Background()
 	if _, err := fsys.Open(ctx, h); err != nil {
 		b.Fatal(err)

@@ -303,7 +303,6 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 					return err
 				}
 				err = fsys.CreateSnapshot(ctx, sn.GetNumber(), sn.GetName())
-				err = errors.Join(err, fsys.Close(ctx))
 				if err != nil {
 					// Leave the directory as the metadata: without the
 					// snapshot.
@@ -355,7 +354,6 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 					return err
 				}
 				st, err := fsys.DeleteSnapshot(ctx, sn.GetNumber())
-				err = errors.Join(err, fsys.Close(ctx))
 				if err != nil {
 					return fmt.Errorf("delete snapshot %q: %w", args[1], err)
 				}
@@ -395,7 +393,6 @@ made during the check may show as problems.`,
 				if err != nil {
 					return fmt.Errorf("open file system %q: %w", args[0], err)
 				}
-				defer fsys.Close(ctx)
 				r, err := fsys.Check(ctx, fs.CheckOptions{Data: data})
 				if err != nil {
 					return fmt.Errorf("check %q: %w", args[0], err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"syscall"
@@ -12,14 +13,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/arbor-storage/arbor/internal/fs"
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/fuse"
 )
 
 // mounted is a file system mounted by this process.
 type mounted struct {
 	m    *fuse.Mount
-	fsys *fs.FS
+	fsys *client.FS
 	c    *fsClient
 	log  *slog.Logger
 }
@@ -65,7 +66,12 @@ func mountFS(ctx context.Context, target clusterTarget, opts mountOptions, logge
 		}
 		snap = s.GetNumber()
 	}
-	fsys, err := c.openFS(ctx, f, snap, logger)
+	engine, err := c.openFS(ctx, f, snap, logger)
+	if err != nil {
+		return nil, err
+	}
+	fsys, err := client.NewFS(client.FSConfig{Meta: client.Local{FS: engine, Session: rand.Uint64() | 1}, Data: c.data,
+		Snapshot: snap, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

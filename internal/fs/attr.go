@@ -51,13 +51,6 @@ func (f *FS) SetAttr(ctx context.Context, h Handle, in SetAttrIn) (Attr, error) 
 	if in.Valid == 0 {
 		return f.GetAttr(ctx, h)
 	}
-	// Buffered writes carry their own mtime: flush them first, so an
-	// explicit time set now is not overwritten by the flush.
-	if in.Valid&(SetMtime|SetMtimeNow) != 0 {
-		if err := f.Flush(ctx, h); err != nil {
-			return Attr{}, err
-		}
-	}
 	var a Attr
 	err := f.update(ctx, func(w *wtx) error {
 		cur, n, err := w.inode(f.keys, h)
@@ -103,17 +96,11 @@ func (f *FS) SetAttr(ctx context.Context, h Handle, in SetAttrIn) (Attr, error) 
 var errNeedCopy = errors.New("fs: boundary block is shared with a snapshot")
 
 // truncate sets a regular file's size (truncate(2)) and returns the
-// attributes it committed.
+// attributes it committed. A client flushes what it buffered for the file
+// before it asks.
 func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) {
 	if size > maxFileBytes {
 		return Attr{}, errf(syscall.EFBIG, "size %d (the bound is %d)", size, uint64(maxFileBytes))
-	}
-	st := f.pin(h, true)
-	defer f.unpin(st)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if err := f.flushLocked(ctx, st); err != nil {
-		return Attr{}, err
 	}
 	n, err := f.headInode(ctx, h)
 	if err != nil {
@@ -127,7 +114,7 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 		return Attr{}, errf(syscall.EINVAL, "truncate of non-regular object %v", h)
 	}
 	if n.TrimFrom != 0 {
-		if err := f.trim(ctx, st); err != nil {
+		if err := f.trim(ctx, h); err != nil {
 			return Attr{}, err
 		}
 	}
@@ -149,7 +136,7 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 			f.freeTracts(context.WithoutCancel(ctx), []blockEntry{*prepared})
 		}
 	}()
-	for range maxFlushAttempts {
+	for range maxTruncateAttempts {
 		var needCopy *blockEntry
 		var frees []blockEntry
 		err = f.update(ctx, func(w *wtx) error {
@@ -159,7 +146,7 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 				return err
 			}
 			if in.TrimFrom != 0 {
-				return errRaced
+				return ErrRaced
 			}
 			if partial && size < in.Size {
 				key := k.block(h, bs)
@@ -227,8 +214,8 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 			prepared, preparedFrom = &cp, *needCopy
 			continue
 		}
-		if errors.Is(err, errRaced) {
-			if err := f.trim(ctx, st); err != nil {
+		if errors.Is(err, ErrRaced) {
+			if err := f.trim(ctx, h); err != nil {
 				return Attr{}, err
 			}
 			continue
@@ -242,10 +229,7 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 	if err != nil {
 		return Attr{}, err
 	}
-	st.cacheMu.Lock()
-	st.known, st.blocks = false, nil
-	st.cacheMu.Unlock()
-	if err := f.trim(ctx, st); err != nil {
+	if err := f.trim(ctx, h); err != nil {
 		return Attr{}, err
 	}
 	return a, nil
@@ -253,9 +237,8 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 
 // trim deletes the blocks a truncate cut off (from the inode's TrimFrom),
 // in transactions of blocksPerTxn pairs, then clears TrimFrom.
-func (f *FS) trim(ctx context.Context, st *file) error {
+func (f *FS) trim(ctx context.Context, h Handle) error {
 	k := f.keys
-	h := st.h
 	for {
 		n, err := f.headInode(ctx, h)
 		if err != nil {
@@ -309,9 +292,6 @@ func (f *FS) trim(ctx context.Context, st *file) error {
 			return err
 		}
 		f.freeTracts(ctx, frees)
-		st.cacheMu.Lock()
-		st.blocks = nil
-		st.cacheMu.Unlock()
 	}
 }
 

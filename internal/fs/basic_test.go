@@ -3,7 +3,6 @@ package fs
 import (
 	"bytes"
 	"context"
-	"math/rand/v2"
 	"syscall"
 	"testing"
 )
@@ -80,70 +79,4 @@ func TestBasicNamespace(t *testing.T) {
 		t.Fatalf("check: %+v", rep.Problems)
 	}
 	t.Logf("max values in a transaction: %d", e.meta.MaxValues())
-}
-
-func TestBasicData(t *testing.T) {
-	ctx := context.Background()
-	e := newEnv(t, 64<<10)
-	f := e.open(0)
-	a := must[Attr](t)(f.Create(ctx, RootHandle, "f", 0o644, Cred{}))
-	h := a.Handle
-	must[Attr](t)(f.Open(ctx, h))
-	rng := rand.New(rand.NewPCG(1, 2))
-	model := make([]byte, 0)
-	for i := range 200 {
-		off := rng.IntN(600 << 10)
-		n := rng.IntN(40 << 10)
-		buf := make([]byte, n)
-		for j := range buf {
-			buf[j] = byte(rng.Uint32())
-		}
-		if _, err := f.Write(ctx, h, int64(off), buf); err != nil {
-			t.Fatal(err)
-		}
-		if off+n > len(model) {
-			model = append(model, make([]byte, off+n-len(model))...)
-		}
-		copy(model[off:], buf)
-		switch i % 7 {
-		case 3:
-			if err := f.Flush(ctx, h); err != nil {
-				t.Fatal(err)
-			}
-		case 5:
-			sz := rng.IntN(len(model) + 1)
-			if _, err := f.SetAttr(ctx, h, SetAttrIn{Valid: SetSize, Size: uint64(sz)}); err != nil {
-				t.Fatal(err)
-			}
-			model = model[:sz]
-		}
-		got := make([]byte, len(model)+100)
-		n2, err := f.Read(ctx, h, 0, got)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n2 != len(model) || !bytes.Equal(got[:n2], model) {
-			t.Fatalf("step %d: read %d bytes, want %d; equal=%v", i, n2, len(model), bytes.Equal(got[:min(n2, len(model))], model[:min(n2, len(model))]))
-		}
-	}
-	if err := f.Release(ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	if at := must[Attr](t)(f.GetAttr(ctx, h)); at.Size != uint64(len(model)) {
-		t.Fatalf("size %d, want %d", at.Size, len(model))
-	}
-	rep, err := f.Check(ctx, CheckOptions{Data: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() {
-		t.Fatalf("check: %+v", rep.Problems)
-	}
-	if err := f.Unlink(ctx, RootHandle, "f"); err != nil {
-		t.Fatal(err)
-	}
-	blobs, tracts, _ := e.data.Usage()
-	if blobs != 0 || tracts != 0 {
-		t.Fatalf("after unlink: %d blobs, %d tracts", blobs, tracts)
-	}
 }

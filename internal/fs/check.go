@@ -433,3 +433,9 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 	}
 	return r, nil
 }
+
+// tractKey names one tract of one blob.
+type tractKey struct {
+	blob  GUID
+	tract uint64
+}

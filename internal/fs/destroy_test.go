@@ -18,17 +18,8 @@ func TestDestroy(t *testing.T) {
 	f := e.open(0)
 	d := must[Attr](t)(f.Mkdir(ctx, RootHandle, "d", 0o755, Cred{}))
 	a := must[Attr](t)(f.Create(ctx, d.Handle, "a", 0o644, Cred{}))
-	must[Attr](t)(f.Open(ctx, a.Handle))
-	if _, err := f.Write(ctx, a.Handle, 0, make([]byte, 200<<10)); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Release(ctx, a.Handle); err != nil {
-		t.Fatal(err)
-	}
+	writeTract(t, f, e.data, a, 0, make([]byte, 16<<10))
 	if err := f.CreateSnapshot(ctx, 1, "s"); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if blobs, _, _ := e.data.Usage(); blobs != 1 {
@@ -52,14 +43,13 @@ func TestDestroy(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d keys left", n)
 	}
-	_, err = Open(ctx, Config{Meta: e.meta, Data: e.data, Number: e.num, SessionInterval: -1})
+	_, err = Open(ctx, Config{Meta: e.meta, Data: e.data, Number: e.num})
 	wantErrno(t, err, syscall.ENOENT)
 	// The other file system is intact and usable.
-	g, err := Open(ctx, Config{Meta: e.meta, Data: e.data, Number: 8, SessionInterval: -1})
+	g, err := Open(ctx, Config{Meta: e.meta, Data: e.data, Number: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close(ctx)
 	must[Attr](t)(g.Mkdir(ctx, RootHandle, "x", 0o755, Cred{}))
 	if err := e.meta.View(ctx, func(tx MetaTxn) error {
 		_, ok, err := tx.Get(other.superblock())

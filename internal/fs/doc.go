@@ -1,12 +1,16 @@
-// Package fs is Arbor's file system (DESIGN.md §2.6 and §2.7): the
-// schema of FSS §4 on the B-tree, file data in tracts of the tract store,
-// POSIX operations over both, and snapshots as versioned pairs. It is a
-// library that knows nothing of FUSE: the FUSE client (internal/fuse) runs
-// it now, metadata servers will run it later. It reaches its stores only
-// through two interfaces it owns (store.go): MetaStore (transactions over
-// ordered keys; *btree.Tree through BTreeMeta, MemMeta in memory) and
+// Package fs is Arbor's file system (DESIGN.md §2.6): the schema of FSS
+// §4 on the B-tree, POSIX operations on it, file data in tracts of the
+// tract store, and snapshots as versioned pairs. It is the engine a
+// metadata server runs (internal/meta) for the file systems it serves; it
+// knows nothing of FUSE or of the wire. Clients (internal/client) ask it
+// for metadata and read and write the tracts themselves: FileBlocks gives
+// them a file's block map, CommitBlocks points it at the tracts they
+// wrote. It reaches its stores only through two interfaces it owns
+// (store.go): MetaStore (transactions over ordered keys; *btree.Tree
+// through BTreeMeta, MemMeta in memory, a metadata server's tables) and
 // DataStore (blobs of tracts; the tract client through TractData, MemData
-// in memory).
+// in memory). Callers name their session (a mount, a gateway) in the
+// context (WithSession): orphans and open files are per session.
 //
 // # Schema (FSS §4, Figure 5)
 //
@@ -99,24 +103,28 @@
 // in batches, recorded in the inode (TrimFrom) so a crash is finished
 // later.
 //
-// The client buffers writes per file (write-back) and flushes them on
-// Flush (close), Fsync, Release, and when the buffer is large: one flush
-// writes its blocks' tracts in parallel and commits them ten to a
-// transaction. Other clients see the data once flushed and re-opened
-// (close-to-open consistency): Open drops the client's cached block map.
+// The client (internal/client) buffers writes per file (write-back) and
+// flushes them on close, fsync, release, and when the buffer is large: one
+// flush writes its blocks' tracts in parallel and commits them ten to a
+// transaction (CommitBlocks), each conditional on the pairs it read, so a
+// flush that raced another writer fails with ErrRaced and starts again.
+// Other clients see the data once flushed and re-opened (close-to-open
+// consistency): an open drops the client's cached block map.
 //
 // # Orphans
 //
 // When an object loses its last name, the transaction that removes the
 // name either deletes it (nothing else holds it: an empty file, a device)
-// or keeps its inode with no links and lists it under F, 2. It is reclaimed
-// (blocks, attributes, inode, then its blob, through the queue F, 3) at
-// once, or when its last open handle in this client closes. Orphans of a
-// mount that disappeared (its session F, 4 expired) are reclaimed by any
-// other mount. Only the client an orphan's record names may still write
-// to it: a file open in one client whose last name another client
-// removes is reclaimed by the remover, and the first client's flushes get
-// ESTALE (open-after-unlink holds within one client, as with NFS).
+// or keeps its inode with no links and lists it under F, 2, naming a
+// session that holds it open. It is reclaimed (blocks, attributes, inode,
+// then its blob, through the queue F, 3) at once, or when its last open
+// handle closes (Release). Opens are counted in the memory of whoever runs
+// the FS; orphans of a session that disappeared (its record F, 4 expired)
+// are reclaimed by ReclaimOrphans. Only the session an orphan's record
+// names may still write to it: a file open through one FS whose last name
+// is removed through another (another metadata server, after a failover)
+// is reclaimed by the remover, and the first session's flushes get ESTALE
+// (open-after-unlink then holds within one server, as with NFS).
 //
 // # Invariants
 //

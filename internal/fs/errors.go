@@ -36,7 +36,3 @@ func errf(errno syscall.Errno, format string, args ...any) error {
 // errStaleSnapshots aborts a transaction that read a superblock whose
 // epoch or generation differs from the cached snapshot set.
 var errStaleSnapshots = errors.New("fs: snapshot set changed")
-
-// errRaced aborts a data flush whose blocks another writer changed since
-// it read them; the flush starts again.
-var errRaced = errors.New("fs: block changed by another writer")

@@ -11,575 +11,360 @@ import (
 	"github.com/arbor-storage/arbor/internal/btree/tuple"
 )
 
-// file is what this client holds of one regular file: open handles, the
-// writes it buffers (write-back, flushed on Flush/Fsync/Release and when
-// the buffer is large) and a cache of its block map. Data operations on a
-// file are serialized by mu (reads share it).
-type file struct {
-	h  Handle
-	mu sync.RWMutex
+// File data, the metadata side (doc.go, Data). Clients read and write
+// tracts themselves (DESIGN.md §2.6); what they need from the file system
+// is a file's state and block map (FileBlocks) and, after writing new
+// tracts, a transaction that points the block map at them (CommitBlocks).
+// Opens are counted here, per session, so that a file whose last name goes
+// while it is open is kept until its last close (Open, Release).
 
-	// Under FS.filesMu:
-	opens    int
-	pins     int  // calls using the state right now
-	unlinked bool // orphaned while open: reclaim at the last release
-
-	// sum is what GetAttr overlays while writes are buffered.
-	sumMu      sync.Mutex
-	dirtyEnd   uint64 // the size the buffered writes give the file
-	dirtyMtime int64
-	hasDirty   bool
-
-	// Under mu (written with mu held exclusively):
-	dirty      map[uint64]*dirtyBlock
-	dirtyBytes int64
-
-	// The committed state this client last saw, under cacheMu.
-	cacheMu sync.Mutex
-	known   bool
-	size    uint64
-	blob    GUID
-	blocks  map[uint64]cachedBlock
+// FileState is what a client needs of a regular file to read or write its
+// data.
+type FileState struct {
+	Mode       uint32
+	Size       uint64
+	Blob       GUID
+	BlobExists bool
+	DataGen    uint64
 }
 
-// dirtyBlock is the buffered writes to one block: a buffer of the block's
-// size and the intervals of it that were written.
-type dirtyBlock struct {
-	start, size uint64
-	data        []byte
-	ivs         []interval // sorted, disjoint, not adjacent
+// BlockRef is a block map pair as read: Found says whether a live version
+// exists (else the block is a hole); S is the version's snapshot number.
+// A commit that replaces a block names the BlockRef it read, and fails with
+// ErrRaced if the pair changed since.
+type BlockRef struct {
+	Found         bool
+	S             uint64
+	Tract, Length uint64
 }
 
-type interval struct{ lo, hi uint64 } // offsets within the block
-
-// cachedBlock is a block map pair as read: found says whether a live
-// version exists (else the block is a hole).
-type cachedBlock struct {
-	v     version
-	entry blockEntry
+// NewBlock is a block a client wrote to a new tract of the file's blob, to
+// replace Base (the pair as the client read it).
+type NewBlock struct {
+	Start, Tract, Length uint64
+	Base                 BlockRef
 }
 
-func (d *dirtyBlock) add(lo, hi uint64) {
-	out := d.ivs[:0:0]
-	placed := false
-	for _, iv := range d.ivs {
-		switch {
-		case iv.hi < lo:
-			out = append(out, iv)
-		case hi < iv.lo:
-			if !placed {
-				out = append(out, interval{lo, hi})
-				placed = true
-			}
-			out = append(out, iv)
-		default:
-			lo, hi = min(lo, iv.lo), max(hi, iv.hi)
-		}
+// BlocksCommitted is what CommitBlocks did: the file's new size and data
+// generation, and the pair now in place for each block committed.
+type BlocksCommitted struct {
+	Size, DataGen uint64
+	Blocks        []BlockRef
+}
+
+// ErrRaced is returned by CommitBlocks when another writer changed a block
+// (or truncated the file) since the client read it: the client reads the
+// blocks again and rewrites its data on top.
+var ErrRaced = errors.New("fs: block changed by another writer")
+
+// MaxBlocksPerCommit bounds the blocks one CommitBlocks takes (with the
+// inode, well inside a transaction's values).
+const MaxBlocksPerCommit = blocksPerTxn
+
+// openFiles counts the handles sessions hold open, for the objects of this
+// file system. The count lives in the memory of whoever runs the file
+// system (a metadata server); a file open when its last name goes is kept
+// as an orphan naming the session, which reclaims it at its last close.
+type openFiles struct {
+	mu       sync.Mutex
+	opens    map[Handle]map[uint64]int // handle -> session -> open handles
+	unlinked map[Handle]bool           // orphaned while open: reclaim at the last close
+}
+
+func (o *openFiles) add(h Handle, session uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.opens == nil {
+		o.opens = map[Handle]map[uint64]int{}
 	}
-	if !placed {
-		out = append(out, interval{lo, hi})
+	if o.opens[h] == nil {
+		o.opens[h] = map[uint64]int{}
 	}
-	d.ivs = out
+	o.opens[h][session]++
 }
 
-// covers reports whether the written intervals cover [0, n).
-func (d *dirtyBlock) covers(n uint64) bool {
-	if n == 0 {
+// remove drops one open of h by session and reports whether h was
+// orphaned while open and nobody holds it any more.
+func (o *openFiles) remove(h Handle, session uint64) (reclaim bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if n := o.opens[h][session]; n > 1 {
+		o.opens[h][session] = n - 1
+		return false
+	}
+	delete(o.opens[h], session)
+	if len(o.opens[h]) > 0 {
+		return false
+	}
+	delete(o.opens, h)
+	if o.unlinked[h] {
+		delete(o.unlinked, h)
 		return true
 	}
-	return len(d.ivs) > 0 && d.ivs[0].lo == 0 && d.ivs[0].hi >= n
+	return false
 }
 
-func (d *dirtyBlock) end() uint64 {
-	if len(d.ivs) == 0 {
-		return 0
+// holder returns a session holding h open, preferring session.
+func (o *openFiles) holder(h Handle, session uint64) (uint64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.opens[h][session] > 0 {
+		return session, true
 	}
-	return d.ivs[len(d.ivs)-1].hi
+	for s := range o.opens[h] {
+		return s, true
+	}
+	return 0, false
 }
 
-// pin returns the client's state of h, creating it if asked, and pins it
-// until unpin: the state lives while it is pinned, open or dirty.
-func (f *FS) pin(h Handle, create bool) *file {
-	f.filesMu.Lock()
-	defer f.filesMu.Unlock()
-	st := f.files[h]
-	if st == nil && create {
-		st = &file{h: h, dirty: map[uint64]*dirtyBlock{}}
-		f.files[h] = st
-	}
-	if st != nil {
-		st.pins++
-	}
-	return st
+func (o *openFiles) isOpen(h Handle) bool {
+	_, ok := o.holder(h, 0)
+	return ok
 }
 
-// unpin releases a pin and drops the state if nothing holds it.
-func (f *FS) unpin(st *file) {
-	f.filesMu.Lock()
-	defer f.filesMu.Unlock()
-	st.pins--
-	st.sumMu.Lock()
-	dirty := st.hasDirty
-	st.sumMu.Unlock()
-	if st.opens == 0 && st.pins == 0 && !dirty && f.files[st.h] == st {
-		delete(f.files, st.h)
+// markUnlinked records that open h lost its last name; false if nobody
+// holds it (reclaim now).
+func (o *openFiles) markUnlinked(h Handle) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.opens[h]) == 0 {
+		return false
 	}
+	if o.unlinked == nil {
+		o.unlinked = map[Handle]bool{}
+	}
+	o.unlinked[h] = true
+	return true
 }
 
-func (f *FS) isOpen(h Handle) bool {
-	f.filesMu.Lock()
-	defer f.filesMu.Unlock()
-	st := f.files[h]
-	return st != nil && st.opens > 0
-}
-
-// overlayDirty makes attributes show this client's buffered writes.
-func (f *FS) overlayDirty(a *Attr) {
-	f.filesMu.Lock()
-	st := f.files[a.Handle]
-	f.filesMu.Unlock()
-	if st == nil {
-		return
-	}
-	st.sumMu.Lock()
-	defer st.sumMu.Unlock()
-	if st.hasDirty {
-		a.Size = max(a.Size, st.dirtyEnd)
-		a.Mtime = timeOf(st.dirtyMtime)
-		a.Ctime = a.Mtime
-	}
-}
-
-// Open opens h for reading and writing its data. Close-to-open
-// consistency: what other clients flushed before the open is seen (the
-// client's cached block map is dropped). Open handles keep a file alive
-// after its last name is removed, until Release.
+// Open opens h for the calling session (WithSession) and returns its
+// attributes. An open handle keeps a regular file alive after its last
+// name is removed, until the session's Release.
 func (f *FS) Open(ctx context.Context, h Handle) (Attr, error) {
 	a, err := f.GetAttr(ctx, h)
 	if err != nil {
 		return a, err
 	}
 	if !a.IsDir() {
-		f.OpenNew(h)
+		f.opens.add(h, SessionOf(ctx))
 	}
 	return a, nil
 }
 
-// OpenNew is Open for a regular file this client has just created: its
-// attributes are known, so it does not read them again (one B-tree read
-// less per create through FUSE).
-func (f *FS) OpenNew(h Handle) {
-	st := f.pin(h, true)
-	defer f.unpin(st)
-	f.filesMu.Lock()
-	st.opens++
-	f.filesMu.Unlock()
-	st.cacheMu.Lock()
-	st.known, st.blocks = false, nil
-	st.cacheMu.Unlock()
-}
+// OpenNew records an open of a regular file the session has just created
+// (Create returned its attributes already).
+func (f *FS) OpenNew(ctx context.Context, h Handle) { f.opens.add(h, SessionOf(ctx)) }
 
-// Release closes one open handle of h: it flushes h's buffered writes and,
-// if h lost its last name while open and this was the last handle,
-// reclaims it.
+// Release closes one open handle of h for the calling session; if h lost
+// its last name while open and this was the last handle, it is reclaimed.
 func (f *FS) Release(ctx context.Context, h Handle) error {
-	st := f.pin(h, false)
-	if st == nil {
+	if !f.opens.remove(h, SessionOf(ctx)) {
 		return nil
 	}
-	defer f.unpin(st)
-	err := f.Flush(ctx, h)
-	f.filesMu.Lock()
-	if st.opens > 0 {
-		st.opens--
+	if err := f.reclaim(ctx, h); err != nil {
+		f.log.Warn("reclaiming an unlinked file at its last close; left to the background", "handle", h, "err", err)
 	}
-	last := st.opens == 0
-	unlinked := last && st.unlinked
-	if unlinked {
-		st.unlinked = false
-	}
-	f.filesMu.Unlock()
-	if unlinked {
-		if rerr := f.reclaim(ctx, h); rerr != nil {
-			f.log.Warn("reclaiming an unlinked file at its last close; left to the background", "handle", h, "err", rerr)
-		}
-	}
-	return err
+	return nil
 }
 
-// Write writes data at off (write-back: the bytes are buffered and reach
-// the stores at the next flush).
-func (f *FS) Write(ctx context.Context, h Handle, off int64, data []byte) (int, error) {
-	if f.readOnly {
-		return 0, syscall.EROFS
-	}
-	if off < 0 {
-		return 0, errf(syscall.EINVAL, "negative offset %d", off)
-	}
-	end := uint64(off) + uint64(len(data))
-	if end > maxFileBytes || uint64(off) > maxFileBytes {
-		return 0, errf(syscall.EFBIG, "write to %d bytes (the bound is %d)", end, uint64(maxFileBytes))
-	}
-	if len(data) == 0 {
-		return 0, nil
-	}
-	st := f.pin(h, true)
-	defer f.unpin(st)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	c, err := f.committed(ctx, st)
+// FileBlocks returns regular file h's state and the block map pairs at the
+// given block starts, at the FS's read snapshot. A truncate that was
+// interrupted is finished first (doc.go, Data).
+func (f *FS) FileBlocks(ctx context.Context, h Handle, starts []uint64) (FileState, []BlockRef, error) {
+	n, err := f.readInodeAt(ctx, h)
 	if err != nil {
-		return 0, err
+		return FileState{}, nil, err
 	}
-	if c.mode&sIFMT != sIFREG {
-		if c.mode&sIFMT == sIFDIR {
-			return 0, errf(syscall.EISDIR, "write to directory %v", h)
+	if n.TrimFrom != 0 && !f.readOnly {
+		if err := f.trim(ctx, h); err != nil {
+			return FileState{}, nil, err
 		}
-		return 0, errf(syscall.EINVAL, "write to non-regular object %v", h)
-	}
-	maxBlock := pow2Floor(uint64(f.tractSize))
-	starts, sizes := blocksIn(uint64(off), uint64(len(data)), maxBlock)
-	for i, s := range starts {
-		db := st.dirty[s]
-		if db == nil {
-			db = &dirtyBlock{start: s, size: sizes[i], data: make([]byte, sizes[i])}
-			st.dirty[s] = db
-			st.dirtyBytes += int64(sizes[i])
-			f.dirty.Add(int64(sizes[i]))
-		}
-		lo := max(uint64(off), s)
-		hi := min(end, s+sizes[i])
-		copy(db.data[lo-s:hi-s], data[lo-uint64(off):hi-uint64(off)])
-		db.add(lo-s, hi-s)
-	}
-	now := f.now().UnixNano()
-	st.sumMu.Lock()
-	if !st.hasDirty {
-		st.dirtyEnd = c.size
-	}
-	st.hasDirty = true
-	st.dirtyEnd = max(st.dirtyEnd, end)
-	st.dirtyMtime = now
-	st.sumMu.Unlock()
-	if st.dirtyBytes > f.cfg.MaxDirtyBytesPerFile || f.dirty.Load() > f.cfg.MaxDirtyBytes {
-		if err := f.flushLocked(ctx, st); err != nil {
-			return 0, err
+		if n, err = f.readInodeAt(ctx, h); err != nil {
+			return FileState{}, nil, err
 		}
 	}
-	return len(data), nil
+	st := FileState{Mode: n.Mode, Size: n.Size, Blob: n.Blob, BlobExists: n.BlobExists, DataGen: n.DataGen}
+	if len(starts) == 0 {
+		return st, nil, nil
+	}
+	if n.Mode&sIFMT != sIFREG {
+		if n.Mode&sIFMT == sIFDIR {
+			return st, nil, errf(syscall.EISDIR, "data of directory %v", h)
+		}
+		return st, nil, errf(syscall.EINVAL, "data of non-regular object %v", h)
+	}
+	refs, err := f.blockRefs(ctx, h, starts)
+	return st, refs, err
 }
 
-// committedState is what a data operation needs of the inode.
-type committedState struct {
-	mode uint32
-	size uint64
-}
-
-// committed returns the inode's committed size (cached while the file's
-// state lives; reloaded after an open).
-func (f *FS) committed(ctx context.Context, st *file) (committedState, error) {
+// readInodeAt reads h's inode at the FS's read snapshot.
+func (f *FS) readInodeAt(ctx context.Context, h Handle) (*inode, error) {
 	var n *inode
 	err := f.view(ctx, func(tx MetaTxn, s uint64) error {
 		var err error
-		n, err = readInode(tx, f.keys, st.h, s)
+		n, err = readInode(tx, f.keys, h, s)
 		return err
 	})
-	if err != nil {
-		return committedState{}, err
-	}
-	st.cacheMu.Lock()
-	if !st.known || st.blob != n.Blob {
-		st.blocks = nil
-	}
-	st.known, st.size, st.blob = true, n.Size, n.Blob
-	st.cacheMu.Unlock()
-	return committedState{mode: n.Mode, size: n.Size}, nil
+	return n, err
 }
 
-// Flush writes h's buffered data to the stores (close(2), fsync(2)).
-func (f *FS) Flush(ctx context.Context, h Handle) error {
-	st := f.pin(h, false)
-	if st == nil {
-		return nil
+// blockRefs reads the pairs of the given block starts with one scan over
+// their range.
+func (f *FS) blockRefs(ctx context.Context, h Handle, starts []uint64) ([]BlockRef, error) {
+	sorted := slices.Clone(starts)
+	slices.Sort(sorted)
+	want := make(map[uint64]bool, len(starts))
+	for _, s := range starts {
+		want[s] = true
 	}
-	defer f.unpin(st)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return f.flushLocked(ctx, st)
-}
-
-// Fsync is Flush: data is durable once the stores acknowledged it.
-func (f *FS) Fsync(ctx context.Context, h Handle) error { return f.Flush(ctx, h) }
-
-// SyncAll flushes every file's buffered writes.
-func (f *FS) SyncAll(ctx context.Context) error { return f.syncAll(ctx, false) }
-
-// syncAll flushes every file; with dropStale, a file another client
-// removed meanwhile is not an error (its data is gone, as it would be had
-// it been flushed), only logged.
-func (f *FS) syncAll(ctx context.Context, dropStale bool) error {
-	f.filesMu.Lock()
-	var all []Handle
-	for h := range f.files {
-		all = append(all, h)
-	}
-	f.filesMu.Unlock()
-	var errs []error
-	for _, h := range all {
-		err := f.Flush(ctx, h)
-		if dropStale && errnoOf(err) == syscall.ESTALE {
-			f.log.Warn("buffered writes to a removed file dropped", "err", err)
-			continue
-		}
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// maxFlushAttempts bounds how often a flush starts again after another
-// writer changed its blocks.
-const maxFlushAttempts = 8
-
-func (f *FS) flushLocked(ctx context.Context, st *file) error {
-	if len(st.dirty) == 0 {
-		return nil
-	}
-	var err error
-	for range maxFlushAttempts {
-		err = f.flushOnce(ctx, st)
-		if !errors.Is(err, errRaced) {
-			break
-		}
-		st.cacheMu.Lock()
-		st.blocks = nil
-		st.cacheMu.Unlock()
-	}
-	if e := errnoOf(err); e == syscall.ENOENT || e == syscall.ESTALE || errors.Is(err, ErrBlobNotFound) {
-		// Another client removed the file's last name and reclaimed it
-		// (an open file is kept alive only by the client holding it
-		// open): the buffered data has nowhere to go. The flush may learn
-		// it from the data store first, when the reclaim has already
-		// deleted the file's blob (only the reclaim of a removed file
-		// deletes one).
-		var lost int64
-		for _, db := range st.dirty {
-			lost += int64(db.size)
-		}
-		f.dropDirty(st)
-		return errf(syscall.ESTALE, "flush %v: the file was removed by another client; %d buffered bytes dropped", st.h, lost)
-	}
-	if err != nil {
-		return fmt.Errorf("flush %v: %w", st.h, err)
-	}
-	f.stats.Flushes.Add(1)
-	// Flushed: the buffer is now what the stores hold.
-	f.dropDirty(st)
-	return nil
-}
-
-// newBlock is a block a flush writes.
-type newBlock struct {
-	start   uint64
-	data    []byte
-	base    cachedBlock // the pair the new content was merged onto
-	after   cachedBlock // the pair written
-	tract   uint64
-	written bool
-}
-
-func (f *FS) flushOnce(ctx context.Context, st *file) error {
-	h := st.h
-	n, err := f.headInode(ctx, h)
-	if err != nil {
-		return err
-	}
-	if n.Mode&sIFMT != sIFREG {
-		return errf(syscall.EINVAL, "data for non-regular object %v", h)
-	}
-	if n.TrimFrom != 0 {
-		if err := f.trim(ctx, st); err != nil {
-			return err
-		}
-		if n, err = f.headInode(ctx, h); err != nil {
-			return err
-		}
-	}
-	starts := make([]uint64, 0, len(st.dirty))
-	for s := range st.dirty {
-		starts = append(starts, s)
-	}
-	slices.Sort(starts)
-	bases, err := f.blockEntries(ctx, st, starts)
-	if err != nil {
-		return err
-	}
-	// Merge the buffered writes onto the committed blocks.
-	blocks := make([]*newBlock, len(starts))
-	for i, s := range starts {
-		db := st.dirty[s]
-		base := bases[s]
-		var oldLen uint64
-		if base.v.live() {
-			oldLen = min(base.entry.Length, db.size)
-			if n.Size < s+oldLen {
-				oldLen = n.Size - min(n.Size, s)
-			}
-		}
-		newLen := max(oldLen, db.end())
-		content := make([]byte, newLen)
-		if oldLen > 0 && !db.covers(oldLen) {
-			old, err := f.readTract(ctx, base.entry)
-			if err != nil {
-				return err
-			}
-			if uint64(len(old)) < oldLen {
-				return errRaced // the tract was freed: our pair is stale
-			}
-			copy(content, old[:oldLen])
-		}
-		for _, iv := range db.ivs {
-			copy(content[iv.lo:iv.hi], db.data[iv.lo:iv.hi])
-		}
-		blocks[i] = &newBlock{start: s, data: content, base: base}
-	}
-	// Every new block goes to a new tract: tracts are never rewritten, so
-	// a snapshot's blocks and a concurrent reader's are never changed.
-	if !n.BlobExists {
-		if err := f.data.CreateBlob(ctx, n.Blob); err != nil {
-			return storeErr("create blob", err)
-		}
-	}
-	first, err := f.data.Extend(ctx, n.Blob, uint64(len(blocks)))
-	if err != nil {
-		return storeErr("extend blob", err)
-	}
-	for i, b := range blocks {
-		b.tract = first + uint64(i)
-	}
-	committedUpTo := 0
-	defer func() {
-		// Tracts written for batches that did not commit are garbage.
-		var dead []blockEntry
-		for _, b := range blocks[committedUpTo:] {
-			if b.written {
-				dead = append(dead, blockEntry{Blob: n.Blob, Tract: b.tract})
-			}
-		}
-		f.freeTracts(context.WithoutCancel(ctx), dead)
-	}()
-	if err := f.parallel(ctx, len(blocks), func(ctx context.Context, i int) error {
-		b := blocks[i]
-		if err := f.data.WriteTract(ctx, n.Blob, b.tract, b.data); err != nil {
-			return storeErr("write tract", err)
-		}
-		b.written = true
-		f.stats.TractWrites.Add(1)
-		f.tracts.put(tractKey{n.Blob, b.tract}, b.data)
-		return nil
-	}); err != nil {
-		return err
-	}
-	st.sumMu.Lock()
-	finalSize, mtime := st.dirtyEnd, st.dirtyMtime
-	st.sumMu.Unlock()
 	k := f.keys
-	for lo := 0; lo < len(blocks); lo += blocksPerTxn {
-		batch := blocks[lo:min(len(blocks), lo+blocksPerTxn)]
-		last := lo+len(batch) == len(blocks)
-		var frees []blockEntry
-		var size uint64
-		err := f.update(ctx, func(w *wtx) error {
-			frees = frees[:0]
-			icur, in, err := w.inode(k, h)
-			if err != nil {
-				if errnoOf(err) == syscall.ENOENT {
-					return errf(syscall.ESTALE, "file %v was removed", h)
-				}
-				return err
-			}
-			if in.Blob != n.Blob || in.TrimFrom != 0 {
-				return errRaced
-			}
-			if in.Nlink == 0 {
-				// An orphan takes data only from the client that holds
-				// it open (its record names that client): another one
-				// may be reclaiming it and would leave our blocks behind.
-				v, ok, err := w.tx.Get(k.orphan(h))
-				if err != nil {
-					return err
-				}
-				if !ok {
-					return errf(syscall.ESTALE, "file %v was removed", h)
-				}
-				rec, err := decodeOrphanRecord(v)
-				if err != nil {
-					return err
-				}
-				if rec.Mount != f.mountID {
-					return errf(syscall.ESTALE, "file %v was removed by another client", h)
-				}
-			}
-			for _, b := range batch {
-				key := k.block(h, b.start)
-				cur, payload, err := w.current(key)
-				if err != nil {
-					return err
-				}
-				got := cachedBlock{v: cur}
-				if cur.live() {
-					e, err := decodeBlockEntry(payload)
-					if err != nil {
-						return err
-					}
-					got.entry = *e
-				}
-				if !sameBlock(got, b.base) {
-					return errRaced
-				}
-				e := blockEntry{Blob: n.Blob, Tract: b.tract, Length: uint64(len(b.data))}
-				b.after = cachedBlock{v: version{Found: true, S: w.putVersion(cur)}, entry: e}
-				if err := w.put(key, cur, e.encode()); err != nil {
-					return err
-				}
-				if cur.live() && !w.shared(cur) {
-					frees = append(frees, got.entry)
-				}
-				in.Size = max(in.Size, b.start+uint64(len(b.data)))
-			}
-			if last {
-				in.Size = max(in.Size, finalSize)
-				in.Mtime, in.Ctime = mtime, mtime
-			}
-			in.BlobExists = true
-			in.DataGen++
-			size = in.Size
-			return w.setInode(k, h, icur, in)
-		})
+	from := k.block(h, sorted[0])
+	to := tuple.PrefixEnd(k.block(h, sorted[len(sorted)-1]))
+	found := map[uint64]BlockRef{}
+	err := f.scanAt(ctx, from, to, f.readAt, func(prefix []byte, v version, payload []byte) error {
+		off, err := blockOffset(prefix)
 		if err != nil {
 			return err
 		}
-		committedUpTo = lo + len(batch)
-		f.freeTracts(ctx, frees)
-		st.cacheMu.Lock()
-		if st.blocks != nil && f.readAt == headSnapshot {
-			for _, b := range batch {
-				st.blocks[b.start] = b.after
-			}
+		if !want[off] {
+			return nil
 		}
-		st.known, st.size, st.blob = true, size, n.Blob
-		st.cacheMu.Unlock()
+		b := BlockRef{Found: v.live(), S: v.S}
+		if v.live() {
+			e, err := decodeBlockEntry(payload)
+			if err != nil {
+				return err
+			}
+			b.Tract, b.Length = e.Tract, e.Length
+		}
+		found[off] = b
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	out := make([]BlockRef, len(starts))
+	for i, s := range starts {
+		out[i] = found[s]
+	}
+	return out, nil
 }
 
-func sameBlock(a, b cachedBlock) bool {
-	if a.v.live() != b.v.live() {
+// CommitBlocks points h's block map at new tracts of its blob blob, which
+// the client wrote, in one transaction (at most MaxBlocksPerCommit
+// blocks). It fails with ErrRaced if a block is no longer its Base, or the
+// file's blob changed, or a truncate is in progress; with ESTALE if the
+// file was removed (an orphan takes data only from a session holding it
+// open). The size becomes at least the end of every block and size; a
+// non-zero mtime sets the modification and change times. The tracts of
+// replaced pairs no snapshot needs are emptied.
+func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []NewBlock, size uint64, mtime int64) (BlocksCommitted, error) {
+	if f.readOnly {
+		return BlocksCommitted{}, syscall.EROFS
+	}
+	if len(blocks) > MaxBlocksPerCommit {
+		return BlocksCommitted{}, errf(syscall.EINVAL, "%d blocks in one commit (the bound is %d)", len(blocks), MaxBlocksPerCommit)
+	}
+	if size > maxFileBytes {
+		return BlocksCommitted{}, errf(syscall.EFBIG, "size %d (the bound is %d)", size, uint64(maxFileBytes))
+	}
+	maxBlock := pow2Floor(uint64(f.tractSize))
+	for _, b := range blocks {
+		s, sz := blockAt(b.Start, maxBlock)
+		if s != b.Start || b.Length == 0 || b.Length > sz || b.Start+b.Length > maxFileBytes {
+			return BlocksCommitted{}, errf(syscall.EINVAL, "block [%d, +%d) is not within one block of the file's layout", b.Start, b.Length)
+		}
+	}
+	session := SessionOf(ctx)
+	k := f.keys
+	var frees []blockEntry
+	var out BlocksCommitted
+	err := f.update(ctx, func(w *wtx) error {
+		frees = frees[:0]
+		out = BlocksCommitted{Blocks: make([]BlockRef, len(blocks))}
+		icur, in, err := w.inode(k, h)
+		if err != nil {
+			if errnoOf(err) == syscall.ENOENT {
+				return errf(syscall.ESTALE, "file %v was removed", h)
+			}
+			return err
+		}
+		if in.Mode&sIFMT != sIFREG {
+			return errf(syscall.EINVAL, "data for non-regular object %v", h)
+		}
+		if in.Blob != blob || in.TrimFrom != 0 {
+			return ErrRaced
+		}
+		if in.Nlink == 0 {
+			// An orphan takes data only from a session that holds it
+			// open: another one may be reclaiming it and would leave our
+			// blocks behind.
+			v, ok, err := w.tx.Get(k.orphan(h))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errf(syscall.ESTALE, "file %v was removed", h)
+			}
+			rec, err := decodeOrphanRecord(v)
+			if err != nil {
+				return err
+			}
+			if rec.Mount != session {
+				return errf(syscall.ESTALE, "file %v was removed by another client", h)
+			}
+		}
+		for i, b := range blocks {
+			key := k.block(h, b.Start)
+			cur, payload, err := w.current(key)
+			if err != nil {
+				return err
+			}
+			got := BlockRef{Found: cur.live(), S: cur.S}
+			if cur.live() {
+				e, err := decodeBlockEntry(payload)
+				if err != nil {
+					return err
+				}
+				got.Tract, got.Length = e.Tract, e.Length
+				if e.Blob != blob {
+					return ErrRaced
+				}
+			}
+			if !sameBlock(got, b.Base) {
+				return ErrRaced
+			}
+			e := blockEntry{Blob: blob, Tract: b.Tract, Length: b.Length}
+			out.Blocks[i] = BlockRef{Found: true, S: w.putVersion(cur), Tract: b.Tract, Length: b.Length}
+			if err := w.put(key, cur, e.encode()); err != nil {
+				return err
+			}
+			if cur.live() && !w.shared(cur) {
+				frees = append(frees, blockEntry{Blob: blob, Tract: got.Tract, Length: got.Length})
+			}
+			in.Size = max(in.Size, b.Start+b.Length)
+		}
+		in.Size = max(in.Size, size)
+		if mtime != 0 {
+			in.Mtime, in.Ctime = mtime, mtime
+		}
+		in.BlobExists = true
+		in.DataGen++
+		out.Size, out.DataGen = in.Size, in.DataGen
+		return w.setInode(k, h, icur, in)
+	})
+	if err != nil {
+		return BlocksCommitted{}, err
+	}
+	f.freeTracts(ctx, frees)
+	return out, nil
+}
+
+func sameBlock(a, b BlockRef) bool {
+	if a.Found != b.Found {
 		return false
 	}
-	if !a.v.live() {
-		return true
-	}
-	return a.v.S == b.v.S && a.entry == b.entry
+	return !a.Found || a == b
 }
 
 func (f *FS) headInode(ctx context.Context, h Handle) (*inode, error) {
@@ -590,67 +375,6 @@ func (f *FS) headInode(ctx context.Context, h Handle) (*inode, error) {
 		return err
 	})
 	return n, err
-}
-
-// blockEntries returns the block map pairs of the given block starts at the
-// FS's read snapshot, from the client's cache or the store.
-func (f *FS) blockEntries(ctx context.Context, st *file, starts []uint64) (map[uint64]cachedBlock, error) {
-	out := make(map[uint64]cachedBlock, len(starts))
-	var missing []uint64
-	st.cacheMu.Lock()
-	for _, s := range starts {
-		if b, ok := st.blocks[s]; ok {
-			out[s] = b
-		} else {
-			missing = append(missing, s)
-		}
-	}
-	st.cacheMu.Unlock()
-	if len(missing) == 0 {
-		return out, nil
-	}
-	// One scan over the range of the missing blocks.
-	k := f.keys
-	want := map[uint64]bool{}
-	for _, s := range missing {
-		want[s] = true
-	}
-	from := k.block(st.h, missing[0])
-	to := tuple.PrefixEnd(k.block(st.h, missing[len(missing)-1]))
-	found := map[uint64]cachedBlock{}
-	err := f.scanAt(ctx, from, to, f.readAt, func(prefix []byte, v version, payload []byte) error {
-		off, err := blockOffset(prefix)
-		if err != nil {
-			return err
-		}
-		if !want[off] {
-			return nil
-		}
-		b := cachedBlock{v: v}
-		if v.live() {
-			e, err := decodeBlockEntry(payload)
-			if err != nil {
-				return err
-			}
-			b.entry = *e
-		}
-		found[off] = b
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	st.cacheMu.Lock()
-	if st.blocks == nil {
-		st.blocks = map[uint64]cachedBlock{}
-	}
-	for _, s := range missing {
-		b := found[s]
-		out[s] = b
-		st.blocks[s] = b
-	}
-	st.cacheMu.Unlock()
-	return out, nil
 }
 
 // blockOffset returns the offset of a block map key's prefix.
@@ -666,41 +390,35 @@ func blockOffset(prefix []byte) (uint64, error) {
 	return uint64(o), nil
 }
 
-// readTract returns the data of a block's tract (cached).
+// readTract returns the data of a block's tract.
 func (f *FS) readTract(ctx context.Context, e blockEntry) ([]byte, error) {
-	return f.tracts.get(ctx, tractKey{e.Blob, e.Tract}, func(ctx context.Context) ([]byte, error) {
-		f.stats.TractReads.Add(1)
-		data, err := f.data.ReadTract(ctx, e.Blob, e.Tract)
-		return data, storeErr("read tract", err)
-	})
+	data, err := f.data.ReadTract(ctx, e.Blob, e.Tract)
+	return data, storeErr("read tract", err)
 }
 
 // freeTracts empties tracts no pair names any more (the tract store keeps
-// an empty tract at no cost), in the background of the caller.
+// an empty tract at no cost).
 func (f *FS) freeTracts(ctx context.Context, es []blockEntry) {
 	if len(es) == 0 {
 		return
 	}
-	_ = f.parallel(ctx, len(es), func(ctx context.Context, i int) error {
-		f.tracts.drop(tractKey{es[i].Blob, es[i].Tract})
+	_ = Parallel(ctx, len(es), maxParallelTracts, func(ctx context.Context, i int) error {
 		if err := f.data.WriteTract(ctx, es[i].Blob, es[i].Tract, nil); err != nil {
 			f.log.Warn("freeing a tract; fsck will report it leaked", "blob", es[i].Blob, "tract", es[i].Tract, "err", err)
-			return nil
 		}
-		f.stats.TractFrees.Add(1)
 		return nil
 	})
 }
 
-// parallel runs fn(0..n-1), at most maxParallelTracts at once, and returns
-// the first error.
-func (f *FS) parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+// Parallel runs fn(0..n-1), at most limit at once, and returns the first
+// error (cancelling the others' context).
+func Parallel(ctx context.Context, n, limit int, fn func(ctx context.Context, i int) error) error {
 	if n == 1 {
 		return fn(ctx, 0)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sem := make(chan struct{}, maxParallelTracts)
+	sem := make(chan struct{}, max(limit, 1))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
@@ -723,118 +441,14 @@ func (f *FS) parallel(ctx context.Context, n int, fn func(ctx context.Context, i
 	return first
 }
 
-// Read reads up to len(dest) bytes at off; it returns fewer only at the end
-// of the file.
-func (f *FS) Read(ctx context.Context, h Handle, off int64, dest []byte) (int, error) {
-	if off < 0 {
-		return 0, errf(syscall.EINVAL, "negative offset %d", off)
-	}
-	st := f.pin(h, true)
-	defer f.unpin(st)
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	var err error
-	for range maxStaleReads {
-		var n int
-		n, err = f.readOnce(ctx, st, uint64(off), dest)
-		if !errors.Is(err, errRaced) {
-			return n, err
-		}
-		f.stats.StaleReads.Add(1)
-		st.cacheMu.Lock()
-		st.known, st.blocks = false, nil
-		st.cacheMu.Unlock()
-	}
-	return 0, fmt.Errorf("read %v: blocks kept changing: %w", h, syscall.EIO)
+// BlockAt returns the start and size of the block holding offset off, for
+// a data store of tracts of tractSize bytes (blocks.go).
+func BlockAt(off uint64, tractSize int) (start, size uint64) {
+	return blockAt(off, pow2Floor(uint64(tractSize)))
 }
 
-func (f *FS) readOnce(ctx context.Context, st *file, off uint64, dest []byte) (int, error) {
-	st.cacheMu.Lock()
-	known, size := st.known, st.size
-	st.cacheMu.Unlock()
-	if !known {
-		c, err := f.committed(ctx, st)
-		if err != nil {
-			return 0, err
-		}
-		if c.mode&sIFMT == sIFDIR {
-			return 0, errf(syscall.EISDIR, "read of directory %v", st.h)
-		}
-		size = c.size
-	}
-	st.sumMu.Lock()
-	if st.hasDirty {
-		size = max(size, st.dirtyEnd)
-	}
-	st.sumMu.Unlock()
-	if off >= size || len(dest) == 0 {
-		return 0, nil
-	}
-	n := min(uint64(len(dest)), size-off)
-	dest = dest[:n]
-	clear(dest)
-	maxBlock := pow2Floor(uint64(f.tractSize))
-	starts, sizes := blocksIn(off, n, maxBlock)
-	entries, err := f.blockEntries(ctx, st, starts)
-	if err != nil {
-		return 0, err
-	}
-	err = f.parallel(ctx, len(starts), func(ctx context.Context, i int) error {
-		s := starts[i]
-		b := entries[s]
-		if !b.v.live() {
-			return nil // a hole
-		}
-		data, err := f.readTract(ctx, b.entry)
-		if err != nil {
-			return err
-		}
-		if uint64(len(data)) < b.entry.Length {
-			return errRaced
-		}
-		valid := data[:b.entry.Length]
-		lo, hi := max(off, s), min(off+n, s+sizes[i])
-		if lo-s < uint64(len(valid)) {
-			copy(dest[lo-off:hi-off], valid[lo-s:min(hi-s, uint64(len(valid)))])
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	// Buffered writes on top.
-	for i, s := range starts {
-		db := st.dirty[s]
-		if db == nil {
-			continue
-		}
-		lo, hi := max(off, s), min(off+n, s+sizes[i])
-		for _, iv := range db.ivs {
-			a, b := max(lo, s+iv.lo), min(hi, s+iv.hi)
-			if a < b {
-				copy(dest[a-off:b-off], db.data[a-s:b-s])
-			}
-		}
-	}
-	// Read ahead the next block if this read ends in the last block.
-	if last := starts[len(starts)-1]; off+n == last+sizes[len(sizes)-1] && off+n < size {
-		f.prefetch(st, off+n)
-	}
-	return int(n), nil
-}
-
-// prefetch loads the tract of the block at off into the cache in the
-// background.
-func (f *FS) prefetch(st *file, off uint64) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), defaultPrefetchTimeout)
-		defer cancel()
-		maxBlock := pow2Floor(uint64(f.tractSize))
-		s, _ := blockAt(off, maxBlock)
-		entries, err := f.blockEntries(ctx, st, []uint64{s})
-		if err != nil || !entries[s].v.live() {
-			return
-		}
-		_, _ = f.readTract(ctx, entries[s].entry)
-	}()
+// BlocksIn returns the starts and sizes of the blocks overlapping
+// [off, off+n) for a data store of tracts of tractSize bytes.
+func BlocksIn(off, n uint64, tractSize int) (starts, sizes []uint64) {
+	return blocksIn(off, n, pow2Floor(uint64(tractSize)))
 }

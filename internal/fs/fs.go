@@ -29,33 +29,22 @@ type Config struct {
 	Snapshot uint64
 	// ReadOnly refuses every change with EROFS.
 	ReadOnly bool
-	// MountID names this client in orphan and session records (random if
-	// zero).
-	MountID uint64
 	// Clock gives the time for timestamps (time.Now if nil).
 	Clock func() time.Time
 	// Logger receives debug and warning logs (discarded if nil).
 	Logger *slog.Logger
-	// MaxDirtyBytesPerFile and MaxDirtyBytes bound the written data a
-	// client buffers before it flushes (per file, and in all); zero means
-	// 64 MiB and 256 MiB.
-	MaxDirtyBytesPerFile, MaxDirtyBytes int64
-	// TractCacheBytes bounds the cache of tracts read (zero: 128 MiB,
-	// negative: none).
-	TractCacheBytes int64
-	// SessionInterval is how often the mount renews its session record
-	// (zero: 20 s; negative: no session record and no background work,
-	// for tests that drive reclaim themselves).
-	SessionInterval time.Duration
 }
 
 // headSnapshot is the snapshot number reads at the head use: above every
 // epoch, so they see the newest version of every key.
 const headSnapshot = math.MaxInt64
 
-// FS is a client of one file system: POSIX operations over the metadata
-// and data stores. Every operation that changes metadata is one
-// transaction. It is safe for concurrent use. See doc.go.
+// FS runs one file system: POSIX operations over the metadata store, for
+// the clients that ask (a metadata server runs one per file system it
+// serves; tests run one in process). Every operation that changes
+// metadata is one transaction. Clients are told apart by the session in
+// their context (WithSession): orphans and open files are per session. It
+// is safe for concurrent use. See doc.go.
 type FS struct {
 	cfg      Config
 	keys     keys
@@ -66,23 +55,30 @@ type FS struct {
 	readAt   uint64 // snapshot reads are at: headSnapshot or cfg.Snapshot
 	readOnly bool
 	layout   Layout
-	mountID  uint64
 
 	tractSize int
-	tracts    *tractCache
 
 	snapMu sync.Mutex
 	snaps  *snapCache
 
-	filesMu sync.Mutex
-	files   map[Handle]*file
-	dirty   atomic.Int64
+	opens openFiles
+	stats Stats
+}
 
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	closeMu sync.Mutex
-	closed  bool
-	stats   Stats
+// sessionKey carries the calling session in a context.
+type sessionKey struct{}
+
+// WithSession returns ctx naming the session (a mount, a gateway) an
+// operation is made for: orphans it creates name it, and opens are counted
+// per session.
+func WithSession(ctx context.Context, session uint64) context.Context {
+	return context.WithValue(ctx, sessionKey{}, session)
+}
+
+// SessionOf returns the session ctx names (0: none).
+func SessionOf(ctx context.Context) uint64 {
+	s, _ := ctx.Value(sessionKey{}).(uint64)
+	return s
 }
 
 // snapCache is a client's copy of the snapshot set, valid for one
@@ -94,7 +90,7 @@ type snapCache struct {
 
 // Stats counts what an FS did (a snapshot; fields only grow).
 type Stats struct {
-	Txns, Refreshes, Flushes, TractWrites, TractReads, TractFrees, StaleReads atomic.Int64
+	Txns, Refreshes atomic.Int64
 }
 
 // Format creates file system number f in meta if it has no superblock yet
@@ -144,35 +140,14 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.MaxDirtyBytesPerFile == 0 {
-		cfg.MaxDirtyBytesPerFile = defaultMaxDirtyBytesPerFile
-	}
-	if cfg.MaxDirtyBytes == 0 {
-		cfg.MaxDirtyBytes = defaultMaxDirtyBytes
-	}
-	if cfg.MaxDirtyBytesPerFile < 0 || cfg.MaxDirtyBytes < cfg.MaxDirtyBytesPerFile {
-		return nil, fmt.Errorf("fs: dirty bounds %d per file, %d in all: need 0 <= per file <= all", cfg.MaxDirtyBytesPerFile, cfg.MaxDirtyBytes)
-	}
-	if cfg.TractCacheBytes == 0 {
-		cfg.TractCacheBytes = defaultTractCacheBytes
-	}
-	if cfg.SessionInterval == 0 {
-		cfg.SessionInterval = defaultSessionInterval
-	}
 	ts := cfg.Data.TractSize()
-	if ts < minBlockBytes || ts > maxTractBytes {
-		return nil, fmt.Errorf("fs: tract size %d outside [%d, %d]", ts, minBlockBytes, maxTractBytes)
-	}
-	for cfg.MountID == 0 {
-		var b [8]byte
-		_, _ = crand.Read(b[:])
-		cfg.MountID = binary.BigEndian.Uint64(b[:])
+	if err := CheckTractSize(ts); err != nil {
+		return nil, err
 	}
 	f := &FS{
 		cfg: cfg, keys: keys{f: cfg.Number}, meta: cfg.Meta, data: cfg.Data,
 		log: cfg.Logger.With("fs", cfg.Number), now: cfg.Clock, readAt: headSnapshot,
-		readOnly: cfg.ReadOnly || cfg.Snapshot != 0, mountID: cfg.MountID, tractSize: ts,
-		tracts: newTractCache(cfg.TractCacheBytes), files: map[Handle]*file{}, stop: make(chan struct{}),
+		readOnly: cfg.ReadOnly || cfg.Snapshot != 0, tractSize: ts,
 	}
 	sb, err := f.readSuperblock(ctx)
 	if err != nil {
@@ -192,33 +167,16 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if _, err := f.refreshSnapshots(ctx); err != nil {
 		return nil, err
 	}
-	if !f.readOnly && cfg.SessionInterval > 0 {
-		if err := f.renewSession(ctx); err != nil {
-			return nil, err
-		}
-		f.wg.Add(1)
-		go f.background()
-	}
 	return f, nil
 }
 
-// Close flushes every buffered write, ends the mount's session and stops
-// background work. The FS must not be used afterwards.
-func (f *FS) Close(ctx context.Context) error {
-	f.closeMu.Lock()
-	if f.closed {
-		f.closeMu.Unlock()
-		return nil
+// CheckTractSize refuses a data store whose tracts the block layout cannot
+// use.
+func CheckTractSize(ts int) error {
+	if ts < minBlockBytes || ts > maxTractBytes {
+		return fmt.Errorf("fs: tract size %d outside [%d, %d]", ts, minBlockBytes, maxTractBytes)
 	}
-	f.closed = true
-	f.closeMu.Unlock()
-	err := f.syncAll(ctx, true)
-	close(f.stop)
-	f.wg.Wait()
-	if !f.readOnly && f.cfg.SessionInterval > 0 {
-		err = errors.Join(err, f.meta.Update(ctx, func(tx MetaTxn) error { return tx.Delete(f.keys.session(f.mountID)) }))
-	}
-	return err
+	return nil
 }
 
 // Number returns the file system number.
@@ -230,8 +188,8 @@ func (f *FS) Snapshot() uint64 { return f.cfg.Snapshot }
 // ReadOnly reports whether changes are refused.
 func (f *FS) ReadOnly() bool { return f.readOnly }
 
-// MountID returns the id of this client's session.
-func (f *FS) MountID() uint64 { return f.mountID }
+// TractSize is the data store's tract size.
+func (f *FS) TractSize() int { return f.tractSize }
 
 // Counters returns the FS's statistics.
 func (f *FS) Counters() *Stats { return &f.stats }
@@ -350,7 +308,7 @@ func (f *FS) update(ctx context.Context, fn func(w *wtx) error) error {
 			if sb.Epoch != c.epoch || sb.Gen != c.gen {
 				return errStaleSnapshots
 			}
-			w := &wtx{tx: tx, epoch: sb.Epoch, snaps: c.set, sb: sb}
+			w := &wtx{tx: tx, epoch: sb.Epoch, snaps: c.set, sb: sb, session: SessionOf(ctx)}
 			if err := fn(w); err != nil {
 				return err
 			}
@@ -401,6 +359,10 @@ type Attr struct {
 	Atime, Mtime, Ctime, Btime time.Time
 	// DataGen changes whenever the file's data does (for cache checks).
 	DataGen uint64
+	// Blob holds a regular file's data (clients read and write its tracts
+	// directly); BlobExists says whether it was created yet.
+	Blob       GUID
+	BlobExists bool
 }
 
 // IsDir reports whether the attributes are a directory's.
@@ -425,47 +387,29 @@ func (f *FS) attrOf(h Handle, n *inode) Attr {
 	a := Attr{
 		Handle: h, Ino: InoOf(h), Mode: n.Mode, Nlink: n.Nlink, Uid: n.Uid, Gid: n.Gid, Size: n.Size,
 		Rdev: n.Rdev, Atime: time.Unix(0, n.Atime), Mtime: time.Unix(0, n.Mtime), Ctime: time.Unix(0, n.Ctime),
-		Btime: time.Unix(0, n.Btime), DataGen: n.DataGen,
+		Btime: time.Unix(0, n.Btime), DataGen: n.DataGen, Blob: n.Blob, BlobExists: n.BlobExists,
 	}
 	if n.Mode&sIFMT == sIFDIR {
 		a.Size = 4096
 	}
-	f.overlayDirty(&a)
 	a.Blocks = (a.Size + 511) / 512
 	return a
 }
 
-// background renews the session and reclaims orphans left by mounts
-// that are gone.
-func (f *FS) background() {
-	defer f.wg.Done()
-	t := time.NewTicker(f.cfg.SessionInterval)
-	defer t.Stop()
-	first := time.After(time.Second)
-	for {
-		select {
-		case <-f.stop:
-			return
-		case <-first:
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if err := f.ReclaimOrphans(ctx, false); err != nil {
-				f.log.Warn("reclaiming orphans", "err", err)
-			}
-			cancel()
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if err := f.renewSession(ctx); err != nil {
-				f.log.Warn("renewing the mount's session", "err", err)
-			}
-			if err := f.ReclaimOrphans(ctx, false); err != nil {
-				f.log.Warn("reclaiming orphans", "err", err)
-			}
-			cancel()
-		}
+// RenewSession records that session is alive: orphans it holds open are
+// kept until its record is SessionExpiry old (ReclaimOrphans).
+func (f *FS) RenewSession(ctx context.Context, session uint64) error {
+	if f.readOnly {
+		return nil
 	}
+	rec := &sessionRecord{Seen: f.now().UnixNano()}
+	return f.meta.Update(ctx, func(tx MetaTxn) error { return tx.Put(f.keys.session(session), rec.encode()) })
 }
 
-func (f *FS) renewSession(ctx context.Context) error {
-	rec := &sessionRecord{Seen: f.now().UnixNano()}
-	return f.meta.Update(ctx, func(tx MetaTxn) error { return tx.Put(f.keys.session(f.mountID), rec.encode()) })
+// EndSession removes session's record: what it held open may be reclaimed.
+func (f *FS) EndSession(ctx context.Context, session uint64) error {
+	if f.readOnly {
+		return nil
+	}
+	return f.meta.Update(ctx, func(tx MetaTxn) error { return tx.Delete(f.keys.session(session)) })
 }

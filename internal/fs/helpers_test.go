@@ -40,11 +40,10 @@ func newEnv(t testing.TB, tractSize int) *env {
 func (e *env) open(snapshot uint64) *FS {
 	e.t.Helper()
 	f, err := Open(context.Background(), Config{Meta: e.meta, Data: e.data, Number: e.num, Snapshot: snapshot,
-		Clock: e.clock.now, SessionInterval: -1})
+		Clock: e.clock.now})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(func() { _ = f.Close(context.Background()) })
 	return f
 }
 
@@ -63,5 +62,27 @@ func must[T any](t testing.TB) func(T, error) T {
 			t.Fatal(err)
 		}
 		return v
+	}
+}
+
+// writeTract writes data as the first block of file a, as a client does:
+// a new tract of its blob, then the block map pointed at it.
+func writeTract(t testing.TB, f *FS, data DataStore, a Attr, start uint64, b []byte) {
+	t.Helper()
+	ctx := context.Background()
+	if !a.BlobExists {
+		if err := data.CreateBlob(ctx, a.Blob); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := data.Extend(ctx, a.Blob, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := data.WriteTract(ctx, a.Blob, first, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.CommitBlocks(ctx, a.Handle, a.Blob, []NewBlock{{Start: start, Tract: first, Length: uint64(len(b))}}, 0, 0); err != nil {
+		t.Fatal(err)
 	}
 }

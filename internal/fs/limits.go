@@ -11,6 +11,9 @@ const (
 	// EFBIG. 2^44 bytes (16 TiB) keeps offsets far from overflow and
 	// block maps within what one file's blob can hold.
 	maxFileBytes = 1 << 44
+	// MaxFileBytes is maxFileBytes for clients, which check writes
+	// before they buffer them.
+	MaxFileBytes = maxFileBytes
 	// maxSymlinkBytes bounds a symlink's target (PATH_MAX - 1).
 	maxSymlinkBytes = 4095
 	// maxInlineSymlinkBytes is the longest target kept in the inode; a
@@ -41,28 +44,20 @@ const (
 	// maxRefreshes bounds how often one operation refreshes its cached
 	// snapshot set because a snapshot was taken or deleted meanwhile.
 	maxRefreshes = 32
-	// maxStaleReads bounds how often a read retries after finding a tract
-	// that was replaced under it.
-	maxStaleReads = 4
+	// maxTruncateAttempts bounds how often a truncate starts again after
+	// another writer changed the boundary block.
+	maxTruncateAttempts = 8
 	// maxReadDirEntries bounds the entries one ReadDir call returns.
 	maxReadDirEntries = 4096
 	// maxScanBatch bounds the pairs held at once by walks over many keys.
 	maxScanBatch = 512
 
-	// Defaults of Config (see there).
-	defaultMaxDirtyBytesPerFile = 64 << 20
-	defaultMaxDirtyBytes        = 256 << 20
-	defaultTractCacheBytes      = 128 << 20
-	defaultSessionInterval      = 20 * time.Second
-	// sessionExpiry is how long a mount's session record stays valid
-	// without renewal; orphans held by an expired mount are reclaimed by
-	// any other.
-	sessionExpiry = 2 * time.Minute
-	// maxParallelTracts bounds the tract reads or writes one call has in
-	// flight.
+	// SessionExpiry is how long a session record (a mount's, renewed by
+	// RenewSession) stays valid without renewal; orphans held by an
+	// expired session are reclaimed by any other.
+	SessionExpiry = 2 * time.Minute
+	// maxParallelTracts bounds the tract writes one call has in flight.
 	maxParallelTracts = 16
-	// defaultPrefetchTimeout bounds a read-ahead.
-	defaultPrefetchTimeout = 30 * time.Second
 )
 
 // File type bits of a mode (stat(2)).

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -539,25 +540,29 @@ func (f *FS) dropLink(w *wtx, h Handle, cur version, n *inode, now int64) (linkF
 	if err := w.setInode(k, h, cur, n); err != nil {
 		return linkKept, err
 	}
-	rec := &orphanRecord{Mount: f.mountID, Since: now}
+	// The record names a session that holds the object open (the
+	// remover's first): only it may still write to it, and the orphan
+	// stays while its session lives.
+	holder, _ := f.opens.holder(h, w.session)
+	if holder == 0 {
+		holder = w.session
+	}
+	rec := &orphanRecord{Mount: holder, Since: now}
 	return linkOrphaned, w.tx.Put(k.orphan(h), rec.encode())
 }
 
 // afterDrop does what follows a committed dropLink.
 func (f *FS) afterDrop(ctx context.Context, h Handle, fate linkFate) {
-	switch fate {
-	case linkOrphaned:
+	if fate == linkOrphaned {
 		f.orphaned(ctx, h)
-	case linkDeleted:
-		f.discard(h)
 	}
 }
 
 // disposable reports whether an object whose last link goes can be
 // deleted in the same transaction: it holds nothing outside its inode and
-// is not open here.
+// no session holds it open.
 func (f *FS) disposable(h Handle, n *inode) bool {
-	if n.Xattrs != 0 || n.TrimFrom != 0 || f.isOpen(h) {
+	if n.Xattrs != 0 || n.TrimFrom != 0 || f.opens.isOpen(h) {
 		return false
 	}
 	switch n.Mode & sIFMT {
@@ -948,6 +953,39 @@ func (f *FS) ReadDir(ctx context.Context, dir Handle, after uint64, max int) ([]
 	})
 	if err != nil && err != done {
 		return nil, err
+	}
+	return out, nil
+}
+
+// DirEntryPlus is a directory entry with its object's attributes
+// (READDIRPLUS). OK is false when the attributes could not be read here
+// (the object lives in another table): ask GetAttr.
+type DirEntryPlus struct {
+	DirEntry
+	Attr Attr
+	OK   bool
+}
+
+// ReadDirPlus is ReadDir with each entry's attributes.
+func (f *FS) ReadDirPlus(ctx context.Context, dir Handle, after uint64, max int) ([]DirEntryPlus, error) {
+	es, err := f.ReadDir(ctx, dir, after, max)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DirEntryPlus, len(es))
+	for i, e := range es {
+		out[i].DirEntry = e
+		a, err := f.GetAttr(ctx, e.Handle)
+		switch {
+		case err == nil:
+			out[i].Attr, out[i].OK = a, true
+		case errnoOf(err) == syscall.ENOENT:
+			// Removed since the listing: the entry shows without
+			// attributes, as a concurrent change may.
+		case errors.Is(err, ErrForeign):
+		default:
+			return nil, err
+		}
 	}
 	return out, nil
 }

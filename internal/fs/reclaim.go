@@ -12,52 +12,14 @@ import (
 // Reclaiming objects that lost their last name (doc.go, Orphans).
 
 // orphaned is called after a transaction listed h as an orphan: it is
-// reclaimed now, or at its last close if it is open here.
+// reclaimed now, or at its last close if a session holds it open.
 func (f *FS) orphaned(ctx context.Context, h Handle) {
-	f.filesMu.Lock()
-	st := f.files[h]
-	open := st != nil && st.opens > 0
-	if open {
-		st.unlinked = true
-	}
-	f.filesMu.Unlock()
-	if open {
+	if f.opens.markUnlinked(h) {
 		return
 	}
 	if err := f.reclaim(ctx, h); err != nil {
 		f.log.Warn("reclaiming an unlinked object; left to the background", "handle", h, "err", err)
 	}
-}
-
-// discard drops what this client buffered for h if h is gone (its last
-// name was removed while it was not open).
-func (f *FS) discard(h Handle) {
-	st := f.pin(h, false)
-	if st == nil {
-		return
-	}
-	defer f.unpin(st)
-	f.filesMu.Lock()
-	open := st.opens > 0
-	f.filesMu.Unlock()
-	if open {
-		return
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	f.dropDirty(st)
-}
-
-// dropDirty forgets st's buffered writes.
-func (f *FS) dropDirty(st *file) {
-	for _, db := range st.dirty {
-		f.dirty.Add(-int64(db.size))
-	}
-	clear(st.dirty)
-	st.dirtyBytes = 0
-	st.sumMu.Lock()
-	st.hasDirty = false
-	st.sumMu.Unlock()
 }
 
 // reclaim deletes orphan h: its blocks (freeing the tracts no snapshot
@@ -75,13 +37,6 @@ func (f *FS) reclaim(ctx context.Context, h Handle) error {
 
 func (f *FS) reclaimOnce(ctx context.Context, h Handle) error {
 	k := f.keys
-	st := f.pin(h, true)
-	defer f.unpin(st)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	// Buffered writes to a dead file are dropped.
-	f.dropDirty(st)
-
 	n, err := f.headInode(ctx, h)
 	if errnoOf(err) == syscall.ENOENT {
 		return f.dropOrphanRecord(ctx, h)
@@ -107,7 +62,7 @@ func (f *FS) reclaimOnce(ctx context.Context, h Handle) error {
 		if err != nil {
 			return err
 		}
-		if err := f.trim(ctx, st); err != nil {
+		if err := f.trim(ctx, h); err != nil {
 			return err
 		}
 	}
@@ -185,9 +140,6 @@ func (f *FS) reclaimOnce(ctx context.Context, h Handle) error {
 	if err != nil {
 		return err
 	}
-	st.cacheMu.Lock()
-	st.known, st.blocks = false, nil
-	st.cacheMu.Unlock()
 	if !queued.IsZero() {
 		return f.deleteQueuedBlob(ctx, queued)
 	}
@@ -211,10 +163,10 @@ func (f *FS) deleteQueuedBlob(ctx context.Context, g GUID) error {
 	return f.meta.Update(ctx, func(tx MetaTxn) error { return tx.Delete(f.keys.blobQueue(g)) })
 }
 
-// ReclaimOrphans reclaims the orphans no live mount may hold open: those
-// of mounts whose session expired (all: every orphan not open here), and
-// deletes the blobs queued for deletion. Mounts run it in the background;
-// fsck --repair runs it with all.
+// ReclaimOrphans reclaims the orphans no session may hold open: those not
+// open here whose holder's session expired (all: every orphan not open
+// here), and deletes the blobs queued for deletion. Whoever runs the file
+// system runs it in the background; fsck --repair runs it with all.
 func (f *FS) ReclaimOrphans(ctx context.Context, all bool) error {
 	if f.readOnly {
 		return nil
@@ -264,14 +216,14 @@ func (f *FS) ReclaimOrphans(ctx context.Context, all bool) error {
 	if err != nil {
 		return err
 	}
-	expired := f.now().Add(-sessionExpiry).UnixNano()
+	expired := f.now().Add(-SessionExpiry).UnixNano()
 	var errs []error
 	for _, o := range orphans {
-		if f.isOpen(o.h) {
+		if f.opens.isOpen(o.h) {
 			continue
 		}
 		seen, live := sessions[o.rec.Mount]
-		if o.rec.Mount != f.mountID && live && seen > expired && !all {
+		if live && seen > expired && !all {
 			continue
 		}
 		if err := f.reclaim(ctx, o.h); err != nil {
@@ -304,7 +256,7 @@ func (f *FS) ReclaimOrphans(ctx context.Context, all bool) error {
 	}
 	// Sessions long expired are dropped.
 	for id, seen := range sessions {
-		if id != f.mountID && seen < f.now().Add(-10*sessionExpiry).UnixNano() {
+		if seen < f.now().Add(-10*SessionExpiry).UnixNano() {
 			errs = append(errs, f.meta.Update(ctx, func(tx MetaTxn) error { return tx.Delete(k.session(id)) }))
 		}
 	}

@@ -50,6 +50,12 @@ type MetaTxn interface {
 // unknown.
 var ErrAmbiguousCommit = errors.New("fs: metadata commit outcome unknown")
 
+// ErrForeign is wrapped by a store error when a transaction touches keys
+// its store does not serve (a metadata server asked about a table it does
+// not own). Nothing was changed; the caller takes the operation where the
+// keys are served.
+var ErrForeign = errors.New("fs: keys served elsewhere")
+
 // GUID names a blob of the data store (a tract store blob).
 type GUID [16]byte
 

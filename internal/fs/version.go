@@ -18,6 +18,8 @@ type wtx struct {
 	sb    *superblock
 	// sbDirty: the superblock was changed and must be written back.
 	sbDirty bool
+	// session is the calling session (WithSession).
+	session uint64
 }
 
 // current reads the newest version of prefix. It reads by a scan, which

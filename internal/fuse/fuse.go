@@ -1,7 +1,10 @@
-// Package fuse mounts an Arbor file system (internal/fs) in the kernel
-// through FUSE, with github.com/hanwen/go-fuse/v2 (DESIGN.md §2.7, the
-// FUSE client; FSS §4 presentation layer). It only translates: every
-// operation is one call of the fs library, which holds all the semantics.
+// Package fuse mounts an Arbor file system in the kernel through FUSE,
+// with github.com/hanwen/go-fuse/v2 (DESIGN.md §2.7, the FUSE client; FSS
+// §4 presentation layer). It only translates: every operation is one call
+// of the file-system client (internal/client's FS), which asks the
+// metadata service for metadata and reads and writes tracts itself.
+// Directory listings use READDIRPLUS: the entries come with their
+// attributes in one call, so `ls -l` costs no lookup per entry.
 //
 // # Kernel caching
 //
@@ -33,6 +36,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/fs"
 )
 
@@ -55,7 +59,7 @@ type Options struct {
 type Mount struct {
 	server *gofuse.Server
 	dir    string
-	fsys   *fs.FS
+	fsys   *client.FS
 	log    *slog.Logger
 }
 
@@ -64,7 +68,7 @@ const maxWrite = 1 << 20
 
 // New mounts fsys at dir. The caller keeps ownership of fsys: it closes
 // it after Unmount.
-func New(fsys *fs.FS, dir string, opts Options) (*Mount, error) {
+func New(fsys *client.FS, dir string, opts Options) (*Mount, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -156,7 +160,7 @@ func Mounted(dir string) bool {
 
 // root is what every node of one mount shares.
 type root struct {
-	fsys     *fs.FS
+	fsys     *client.FS
 	log      *slog.Logger
 	snapshot bool
 
@@ -337,7 +341,6 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, n.r.errno("create", err)
 	}
-	n.r.fsys.OpenNew(a.Handle)
 	n.r.sawGen(a.Ino, a.DataGen)
 	ch := n.child(ctx, &a, out)
 	return ch, &handle{r: n.r, h: a.Handle}, 0, 0
@@ -653,20 +656,37 @@ const opTimeout = 10 * time.Minute
 const releaseTimeout = 5 * time.Minute
 
 // dirHandle is an open directory: entries are read in batches after the
-// last cookie handed out, so a listing is stable while names change.
+// last cookie handed out, so a listing is stable while names change. Each
+// batch carries the entries' attributes, which answer the lookups of a
+// READDIRPLUS.
 type dirHandle struct {
 	n *node
 
 	mu    sync.Mutex
 	pos   uint64 // cookie of the last entry returned (1: ".", 2: "..")
-	batch []fs.DirEntry
+	batch []fs.DirEntryPlus
+	last  *fs.DirEntryPlus // the entry Readdirent returned last
 	atEnd bool
 }
 
 var (
 	_ gofs.FileReaddirenter = (*dirHandle)(nil)
 	_ gofs.FileSeekdirer    = (*dirHandle)(nil)
+	_ gofs.FileLookuper     = (*dirHandle)(nil)
 )
+
+// Lookup implements FileLookuper: READDIRPLUS asks for the entry just
+// listed, whose attributes came with the listing.
+func (d *dirHandle) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	d.mu.Lock()
+	e := d.last
+	d.mu.Unlock()
+	if e != nil && e.Name == name && e.OK {
+		a := e.Attr
+		return d.n.child(ctx, &a, out), 0
+	}
+	return d.n.Lookup(ctx, name, out)
+}
 
 const readdirBatch = 256
 
@@ -674,6 +694,7 @@ const readdirBatch = 256
 func (d *dirHandle) Readdirent(ctx context.Context) (*gofuse.DirEntry, syscall.Errno) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.last = nil
 	switch d.pos {
 	case 0:
 		d.pos = 1
@@ -693,7 +714,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*gofuse.DirEntry, syscall.E
 		// Only a batch fetch needs an operation context: most calls
 		// return an entry of the batch in hand.
 		octx, cancel := opContext(ctx)
-		es, err := d.n.r.fsys.ReadDir(octx, d.n.h, after, readdirBatch)
+		es, err := d.n.r.fsys.ReadDirPlus(octx, d.n.h, after, readdirBatch)
 		cancel()
 		if err != nil {
 			return nil, d.n.r.errno("readdir", err)
@@ -706,9 +727,10 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*gofuse.DirEntry, syscall.E
 			return nil, 0
 		}
 	}
-	e := d.batch[0]
+	e := &d.batch[0]
 	d.batch = d.batch[1:]
 	d.pos = e.Cookie
+	d.last = e
 	return &gofuse.DirEntry{Name: e.Name, Mode: e.Type, Ino: fs.InoOf(e.Handle), Off: e.Cookie}, 0
 }
 
@@ -716,6 +738,6 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*gofuse.DirEntry, syscall.E
 func (d *dirHandle) Seekdir(_ context.Context, off uint64) syscall.Errno {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.pos, d.batch, d.atEnd = off, nil, false
+	d.pos, d.batch, d.atEnd, d.last = off, nil, false, nil
 	return 0
 }

@@ -1,9 +1,11 @@
-package fs
+package client
 
 import (
 	"container/list"
 	"context"
 	"sync"
+
+	"github.com/arbor-storage/arbor/internal/fs"
 )
 
 // tractCache keeps recently read tracts, bounded in bytes (LRU). A tract
@@ -22,7 +24,7 @@ type tractCache struct {
 }
 
 type tractKey struct {
-	blob  GUID
+	blob  fs.GUID
 	tract uint64
 }
 

@@ -1,9 +1,14 @@
-package fs
+// Package clienttest is the model test of a file system as its clients
+// see it (internal/client's FS): random POSIX operations, data included,
+// checked one by one against a plain tree in memory, with snapshots and a
+// final fsck (STYLE.md §6). It runs over anything that serves a file
+// system: a file system run in process (internal/client's tests) or
+// metadata servers with failures injected (internal/meta's tests).
+package clienttest
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,7 +18,117 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+
+	"github.com/arbor-storage/arbor/internal/client"
+	"github.com/arbor-storage/arbor/internal/fs"
 )
+
+// System is a file system under test.
+type System interface {
+	// FS is the client the operations go through.
+	FS() *client.FS
+	// CreateSnapshot takes a snapshot named name and returns its number.
+	CreateSnapshot(ctx context.Context, name string) (uint64, error)
+	// DeleteSnapshot deletes snapshot n.
+	DeleteSnapshot(ctx context.Context, n uint64) error
+	// OpenSnapshot returns a client that reads snapshot n.
+	OpenSnapshot(t testing.TB, n uint64) *client.FS
+	// Check checks the whole file system, data included (fsck).
+	Check(ctx context.Context) (*fs.CheckReport, error)
+}
+
+// Options configure a model run.
+type Options struct {
+	// Seed makes the run repeatable.
+	Seed uint64
+	// Steps is the number of random operations.
+	Steps int
+	// CompareEvery compares the whole tree every so many steps (0: 500).
+	CompareEvery int
+	// Between, if set, runs after every step (fault injection: kills,
+	// table moves and splits).
+	Between func(step int)
+	// DataTracts, if set, returns the tracts the data store holds, which
+	// after the run must be exactly those the live tree references.
+	DataTracts func() int
+}
+
+// Report is what a run did.
+type Report struct {
+	Ops     map[string]int
+	Objects int
+	Tracts  int
+}
+
+// Seed returns ARBOR_FS_SEED if set, else a random seed.
+func Seed(t testing.TB) uint64 {
+	if s := os.Getenv("ARBOR_FS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	return rand.Uint64()
+}
+
+// Run runs random operations against sys and the model, one at a time,
+// comparing every result and, now and then, the whole tree and every
+// snapshot; then deletes the snapshots and checks that the stores hold
+// nothing more than the live tree needs.
+func Run(t testing.TB, sys System, o Options) Report {
+	t.Helper()
+	if o.CompareEvery == 0 {
+		o.CompareEvery = 500
+	}
+	r := &modelRun{t: t, ctx: context.Background(), rng: rand.New(rand.NewPCG(o.Seed, 17)), sys: sys,
+		f: sys.FS(), m: newModel(), handles: map[int]fs.Handle{0: fs.RootHandle}, open: map[int]*openFile{},
+		snaps: map[uint64]*model{}, ops: map[string]int{}}
+	for i := range o.Steps {
+		r.step()
+		if i%o.CompareEvery == o.CompareEvery-1 {
+			r.compare(fmt.Sprintf("step %d", i), r.f, r.m)
+		}
+		if o.Between != nil {
+			o.Between(i)
+		}
+	}
+	for _, of := range r.open {
+		for range of.n {
+			r.check("release", r.f.Release(r.ctx, of.h), 0)
+		}
+	}
+	r.open = map[int]*openFile{}
+	r.compare("end", r.f, r.m)
+	for n, sm := range r.snaps {
+		r.compare(fmt.Sprintf("snapshot %d", n), sys.OpenSnapshot(t, n), sm)
+	}
+	rep, err := sys.Check(r.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("check: %d problems: %v", len(rep.Problems), rep.Problems)
+	}
+	for n := range r.snaps {
+		if err := sys.DeleteSnapshot(r.ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err = sys.Check(r.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Garbage != 0 {
+		t.Fatalf("check after deleting every snapshot: garbage %d, %d problems: %v", rep.Garbage, len(rep.Problems), rep.Problems)
+	}
+	if o.DataTracts != nil {
+		if tracts := o.DataTracts(); tracts != rep.Tracts {
+			t.Fatalf("the data store holds %d tracts, the live tree references %d", tracts, rep.Tracts)
+		}
+	}
+	return Report{Ops: r.ops, Objects: rep.Objects, Tracts: rep.Tracts}
+}
 
 // The model: a plain tree of nodes in memory (STYLE.md §6). Hard links
 // share a node.
@@ -27,7 +142,7 @@ type mNode struct {
 	xattrs   map[string]string
 }
 
-func (n *mNode) isDir() bool { return n.typ == sIFDIR }
+func (n *mNode) isDir() bool { return n.typ == syscall.S_IFDIR }
 
 type model struct {
 	root   *mNode
@@ -35,7 +150,7 @@ type model struct {
 }
 
 func newModel() *model {
-	return &model{root: &mNode{id: 0, typ: sIFDIR, perm: 0o755, children: map[string]*mNode{}}, nextID: 1}
+	return &model{root: &mNode{id: 0, typ: syscall.S_IFDIR, perm: 0o755, children: map[string]*mNode{}}, nextID: 1}
 }
 
 // clone deep-copies the tree, keeping hard links shared.
@@ -132,13 +247,13 @@ func (m *model) nlinks() map[*mNode]int {
 
 // modelRun drives an FS and the model with the same random operations.
 type modelRun struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	rng     *rand.Rand
-	e       *env
-	f       *FS
+	sys     System
+	f       *client.FS
 	m       *model
-	handles map[int]Handle // model node id -> handle
+	handles map[int]fs.Handle // model node id -> handle
 	open    map[int]*openFile
 	snaps   map[uint64]*model
 	nextSn  uint64
@@ -147,7 +262,7 @@ type modelRun struct {
 
 type openFile struct {
 	node *mNode
-	h    Handle
+	h    fs.Handle
 	n    int // open handles
 }
 
@@ -165,7 +280,7 @@ func (r *modelRun) pickPath(filter func(*mNode) bool) (string, *mNode) {
 	return p, r.m.lookup(p)
 }
 
-func (r *modelRun) handleOf(p string) Handle {
+func (r *modelRun) handleOf(p string) fs.Handle {
 	return r.handles[r.m.lookup(p).id]
 }
 
@@ -176,14 +291,14 @@ func (r *modelRun) name() string {
 
 func (r *modelRun) check(what string, err error, want syscall.Errno) {
 	r.t.Helper()
-	got := Errno(err)
+	got := fs.Errno(err)
 	if got != want {
 		r.t.Fatalf("%s: got error %v (%v), want %v", what, got, err, want)
 	}
 }
 
 func isDirNode(n *mNode) bool  { return n != nil && n.isDir() }
-func isFileNode(n *mNode) bool { return n != nil && n.typ == sIFREG }
+func isFileNode(n *mNode) bool { return n != nil && n.typ == syscall.S_IFREG }
 
 // below reports whether directory node d is a or inside a.
 func (r *modelRun) below(dpath, apath string) bool {
@@ -197,17 +312,17 @@ func (r *modelRun) step() {
 		dp, dn := r.pickPath(isDirNode)
 		name := r.name()
 		kind := r.rng.IntN(4)
-		var a Attr
+		var a fs.Attr
 		var err error
 		switch kind {
 		case 0:
-			a, err = r.f.Create(ctx, r.handleOf(dp), name, 0o644, Cred{Uid: 5, Gid: 6})
+			a, err = r.f.Create(ctx, r.handleOf(dp), name, 0o644, fs.Cred{Uid: 5, Gid: 6})
 		case 1:
-			a, err = r.f.Mkdir(ctx, r.handleOf(dp), name, 0o750, Cred{})
+			a, err = r.f.Mkdir(ctx, r.handleOf(dp), name, 0o750, fs.Cred{})
 		case 2:
-			a, err = r.f.Symlink(ctx, r.handleOf(dp), name, "target-"+strconv.Itoa(r.m.nextID), Cred{})
+			a, err = r.f.Symlink(ctx, r.handleOf(dp), name, "target-"+strconv.Itoa(r.m.nextID), fs.Cred{})
 		case 3:
-			a, err = r.f.Mknod(ctx, r.handleOf(dp), name, sIFIFO|0o600, 0, Cred{})
+			a, err = r.f.Mknod(ctx, r.handleOf(dp), name, syscall.S_IFIFO|0o600, 0, fs.Cred{})
 		}
 		r.ops["create"]++
 		if dn.children[name] != nil {
@@ -215,17 +330,21 @@ func (r *modelRun) step() {
 			return
 		}
 		r.check("create", err, 0)
+		if kind == 0 {
+			// Create opens the file (creat(2)); close it.
+			r.check("release after create", r.f.Release(ctx, a.Handle), 0)
+		}
 		n := &mNode{id: r.m.nextID}
 		r.m.nextID++
 		switch kind {
 		case 0:
-			n.typ, n.perm = sIFREG, 0o644
+			n.typ, n.perm = syscall.S_IFREG, 0o644
 		case 1:
-			n.typ, n.perm, n.children = sIFDIR, 0o750, map[string]*mNode{}
+			n.typ, n.perm, n.children = syscall.S_IFDIR, 0o750, map[string]*mNode{}
 		case 2:
-			n.typ, n.perm, n.target = sIFLNK, 0o777, "target-"+strconv.Itoa(n.id)
+			n.typ, n.perm, n.target = syscall.S_IFLNK, 0o777, "target-"+strconv.Itoa(n.id)
 		case 3:
-			n.typ, n.perm = sIFIFO, 0o600
+			n.typ, n.perm = syscall.S_IFIFO, 0o600
 		}
 		dn.children[name] = n
 		r.handles[n.id] = a.Handle
@@ -287,13 +406,13 @@ func (r *modelRun) step() {
 		sdir = trimSlash(sdir)
 		var flags uint32
 		if r.rng.IntN(8) == 0 {
-			flags = RenameNoReplace
+			flags = fs.RenameNoReplace
 		}
 		err := r.f.Rename(ctx, r.handleOf(sdir), sname, r.handleOf(dp), name, flags)
 		r.ops["rename"]++
 		target := dn.children[name]
 		switch {
-		case target != nil && flags&RenameNoReplace != 0 && !(target == sn && false):
+		case target != nil && flags&fs.RenameNoReplace != 0 && !(target == sn && false):
 			r.check("rename noreplace", err, syscall.EEXIST)
 		case target == sn:
 			r.check("rename onto itself", err, 0)
@@ -337,7 +456,7 @@ func (r *modelRun) step() {
 			return
 		}
 		size := r.rng.IntN(len(n.data) + 40<<10)
-		_, err := r.f.SetAttr(ctx, r.handleOf(p), SetAttrIn{Valid: SetSize, Size: uint64(size)})
+		_, err := r.f.SetAttr(ctx, r.handleOf(p), fs.SetAttrIn{Valid: fs.SetSize, Size: uint64(size)})
 		r.ops["truncate"]++
 		r.check("truncate", err, 0)
 		if size < len(n.data) {
@@ -385,7 +504,7 @@ func (r *modelRun) step() {
 			if of.n == 0 {
 				delete(r.open, of.node.id)
 				if r.m.nlinks()[of.node] == 0 {
-					if _, err := r.f.GetAttr(ctx, of.h); Errno(err) != syscall.ENOENT {
+					if _, err := r.f.GetAttr(ctx, of.h); fs.Errno(err) != syscall.ENOENT {
 						r.t.Fatalf("unlinked file %v lives on after its last close: %v", of.h, err)
 					}
 				}
@@ -439,9 +558,9 @@ func (r *modelRun) step() {
 		}
 		r.ops["xattr"]++
 	case op < 82: // chmod
-		p, n := r.pickPath(func(n *mNode) bool { return n != nil && n.typ != sIFLNK })
+		p, n := r.pickPath(func(n *mNode) bool { return n != nil && n.typ != syscall.S_IFLNK })
 		perm := uint32(r.rng.IntN(0o1000))
-		_, err := r.f.SetAttr(ctx, r.handleOf(p), SetAttrIn{Valid: SetMode, Mode: perm})
+		_, err := r.f.SetAttr(ctx, r.handleOf(p), fs.SetAttrIn{Valid: fs.SetMode, Mode: perm})
 		r.check("chmod", err, 0)
 		n.perm = perm
 		r.ops["chmod"]++
@@ -450,8 +569,9 @@ func (r *modelRun) step() {
 		// A snapshot holds what the stores hold: this client's buffered
 		// writes are in it only once flushed.
 		r.check("sync", r.f.SyncAll(ctx), 0)
-		r.check("snapshot", r.f.CreateSnapshot(ctx, r.nextSn, "s"+strconv.Itoa(int(r.nextSn))), 0)
-		r.snaps[r.nextSn] = r.m.clone()
+		n, err := r.sys.CreateSnapshot(ctx, "s"+strconv.Itoa(int(r.nextSn)))
+		r.check("snapshot", err, 0)
+		r.snaps[n] = r.m.clone()
 		r.ops["snapshot"]++
 	case op < 88: // delete a snapshot
 		if len(r.snaps) == 0 {
@@ -463,13 +583,12 @@ func (r *modelRun) step() {
 		}
 		slices.Sort(nums)
 		n := nums[r.rng.IntN(len(nums))]
-		_, err := r.f.DeleteSnapshot(ctx, n)
-		r.check("delete snapshot", err, 0)
+		r.check("delete snapshot", r.sys.DeleteSnapshot(ctx, n), 0)
 		delete(r.snaps, n)
 		r.ops["snapshot-delete"]++
 	case op < 91: // verify a snapshot
 		for n, sm := range r.snaps {
-			r.compare(fmt.Sprintf("snapshot %d", n), r.e.open(n), sm)
+			r.compare(fmt.Sprintf("snapshot %d", n), r.sys.OpenSnapshot(r.t, n), sm)
 			break
 		}
 	default: // readdir of a directory
@@ -498,7 +617,7 @@ func sortedNames(n *mNode) []string {
 	return out
 }
 
-func entryNames(ents []DirEntry) []string {
+func entryNames(ents []fs.DirEntry) []string {
 	out := make([]string, len(ents))
 	for i, e := range ents {
 		out[i] = e.Name
@@ -523,13 +642,13 @@ func firstDiff(a, b []byte) int {
 
 // compare checks that f shows exactly the model's tree: names, types,
 // link counts, permissions, sizes, contents, targets and attributes.
-func (r *modelRun) compare(what string, f *FS, m *model) {
+func (r *modelRun) compare(what string, f *client.FS, m *model) {
 	r.t.Helper()
 	ctx := r.ctx
 	links := m.nlinks()
-	seen := map[*mNode]Handle{}
-	var walk func(p string, h Handle, n *mNode)
-	walk = func(p string, h Handle, n *mNode) {
+	seen := map[*mNode]fs.Handle{}
+	var walk func(p string, h fs.Handle, n *mNode)
+	walk = func(p string, h fs.Handle, n *mNode) {
 		a, err := f.GetAttr(ctx, h)
 		if err != nil {
 			r.t.Fatalf("%s: getattr %q: %v", what, p, err)
@@ -538,7 +657,7 @@ func (r *modelRun) compare(what string, f *FS, m *model) {
 			r.t.Fatalf("%s: %q: hard link has handle %v, another name has %v", what, p, h, prev)
 		}
 		seen[n] = h
-		if a.Mode&sIFMT != n.typ || a.Mode&permBits != n.perm {
+		if a.Mode&syscall.S_IFMT != n.typ || a.Mode&0o7777 != n.perm {
 			r.t.Fatalf("%s: %q: mode %o, want %o", what, p, a.Mode, n.typ|n.perm)
 		}
 		want := links[n]
@@ -554,7 +673,7 @@ func (r *modelRun) compare(what string, f *FS, m *model) {
 			r.t.Fatalf("%s: %q: nlink %d, want %d", what, p, a.Nlink, want)
 		}
 		switch n.typ {
-		case sIFREG:
+		case syscall.S_IFREG:
 			if a.Size != uint64(len(n.data)) {
 				r.t.Fatalf("%s: %q: size %d, want %d", what, p, a.Size, len(n.data))
 			}
@@ -563,12 +682,12 @@ func (r *modelRun) compare(what string, f *FS, m *model) {
 			if err != nil || !bytes.Equal(got[:k], n.data) {
 				r.t.Fatalf("%s: %q: read %d bytes (%v), want %d (first difference %d)", what, p, k, err, len(n.data), firstDiff(got[:k], n.data))
 			}
-		case sIFLNK:
+		case syscall.S_IFLNK:
 			tg, err := f.Readlink(ctx, h)
 			if err != nil || tg != n.target {
 				r.t.Fatalf("%s: %q: readlink %q (%v), want %q", what, p, tg, err, n.target)
 			}
-		case sIFDIR:
+		case syscall.S_IFDIR:
 			ents, err := f.ReadDir(ctx, h, 0, 0)
 			if err != nil {
 				r.t.Fatalf("%s: readdir %q: %v", what, p, err)
@@ -598,81 +717,5 @@ func (r *modelRun) compare(what string, f *FS, m *model) {
 			r.t.Fatalf("%s: listxattr %q: %v, want %v", what, p, got, want2)
 		}
 	}
-	walk("", RootHandle, m.root)
+	walk("", fs.RootHandle, m.root)
 }
-
-func seedOf(t *testing.T) uint64 {
-	if s := os.Getenv("ARBOR_FS_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	return rand.Uint64()
-}
-
-// TestModel runs random operations against the FS and the model, one at a
-// time, comparing every result and, now and then, the whole tree and
-// every snapshot; then deletes the snapshots and checks that the stores
-// hold nothing more than the live tree needs.
-func TestModel(t *testing.T) {
-	seed := seedOf(t)
-	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
-	steps := 3000
-	if testing.Short() {
-		steps = 800
-	}
-	for _, tractSize := range []int{64 << 10, 1 << 20} {
-		t.Run(fmt.Sprintf("tract=%d", tractSize), func(t *testing.T) {
-			e := newEnv(t, tractSize)
-			e.meta.SetConflictRate(0.05)
-			r := &modelRun{t: t, ctx: context.Background(), rng: rand.New(rand.NewPCG(seed, uint64(tractSize))), e: e,
-				f: e.open(0), m: newModel(), handles: map[int]Handle{0: RootHandle}, open: map[int]*openFile{},
-				snaps: map[uint64]*model{}, ops: map[string]int{}}
-			for i := range steps {
-				r.step()
-				if i%500 == 499 {
-					r.compare(fmt.Sprintf("step %d", i), r.f, r.m)
-				}
-			}
-			for _, of := range r.open {
-				for range of.n {
-					r.check("release", r.f.Release(r.ctx, of.h), 0)
-				}
-			}
-			r.open = map[int]*openFile{}
-			r.compare("end", r.f, r.m)
-			for n, sm := range r.snaps {
-				r.compare(fmt.Sprintf("snapshot %d", n), e.open(n), sm)
-			}
-			rep, err := r.f.Check(r.ctx, CheckOptions{Data: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !rep.OK() {
-				t.Fatalf("check: %d problems: %v", len(rep.Problems), rep.Problems)
-			}
-			for n := range r.snaps {
-				if _, err := r.f.DeleteSnapshot(r.ctx, n); err != nil {
-					t.Fatal(err)
-				}
-			}
-			rep, err = r.f.Check(r.ctx, CheckOptions{Data: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !rep.OK() || rep.Garbage != 0 {
-				t.Fatalf("check after deleting every snapshot: garbage %d, %d problems: %v", rep.Garbage, len(rep.Problems), rep.Problems)
-			}
-			// The stores hold exactly what the live tree needs.
-			_, tracts, _ := e.data.Usage()
-			if tracts != rep.Tracts {
-				t.Fatalf("the data store holds %d tracts, the live tree references %d", tracts, rep.Tracts)
-			}
-			t.Logf("ops %v; %d objects, %d tracts; max values per transaction %d", r.ops, rep.Objects, rep.Tracts, e.meta.MaxValues())
-		})
-	}
-}
-
-var _ = errors.New

@@ -1,0 +1,623 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/fs"
+)
+
+// file is what this client holds of one regular file: open handles, the
+// writes it buffers (write-back, flushed on Flush/Fsync/Release and when
+// the buffer is large) and a cache of its state and block map. Data
+// operations on a file are serialized by mu (reads share it).
+type file struct {
+	h  fs.Handle
+	mu sync.RWMutex
+
+	// Under FS.filesMu:
+	opens int
+	pins  int // calls using the state right now
+
+	// sum is what attributes overlay while writes are buffered.
+	sumMu      sync.Mutex
+	dirtyEnd   uint64 // the size the buffered writes give the file
+	dirtyMtime int64
+	hasDirty   bool
+
+	// Under mu (written with mu held exclusively):
+	dirty      map[uint64]*dirtyBlock
+	dirtyBytes int64
+
+	// The committed state this client last saw, under cacheMu. complete
+	// says blocks lists every live block (a missing start is a hole).
+	cacheMu  sync.Mutex
+	known    bool
+	state    fs.FileState
+	blocks   map[uint64]fs.BlockRef
+	complete bool
+}
+
+// setState records the file's committed state (under cacheMu); a new blob
+// makes the cached blocks meaningless.
+func (st *file) setState(s fs.FileState) {
+	if st.known && st.state.Blob != s.Blob {
+		st.blocks, st.complete = nil, false
+	}
+	st.known, st.state = true, s
+}
+
+// dirtyBlock is the buffered writes to one block: a buffer of the block's
+// size and the intervals of it that were written.
+type dirtyBlock struct {
+	start, size uint64
+	data        []byte
+	ivs         []interval // sorted, disjoint, not adjacent
+}
+
+type interval struct{ lo, hi uint64 } // offsets within the block
+
+func (d *dirtyBlock) add(lo, hi uint64) {
+	out := d.ivs[:0:0]
+	placed := false
+	for _, iv := range d.ivs {
+		switch {
+		case iv.hi < lo:
+			out = append(out, iv)
+		case hi < iv.lo:
+			if !placed {
+				out = append(out, interval{lo, hi})
+				placed = true
+			}
+			out = append(out, iv)
+		default:
+			lo, hi = min(lo, iv.lo), max(hi, iv.hi)
+		}
+	}
+	if !placed {
+		out = append(out, interval{lo, hi})
+	}
+	d.ivs = out
+}
+
+// covers reports whether the written intervals cover [0, n).
+func (d *dirtyBlock) covers(n uint64) bool {
+	if n == 0 {
+		return true
+	}
+	return len(d.ivs) > 0 && d.ivs[0].lo == 0 && d.ivs[0].hi >= n
+}
+
+func (d *dirtyBlock) end() uint64 {
+	if len(d.ivs) == 0 {
+		return 0
+	}
+	return d.ivs[len(d.ivs)-1].hi
+}
+
+// pin returns the client's state of h, creating it if asked, and pins it
+// until unpin: the state lives while it is pinned, open or dirty.
+func (f *FS) pin(h fs.Handle, create bool) *file {
+	f.filesMu.Lock()
+	defer f.filesMu.Unlock()
+	st := f.files[h]
+	if st == nil && create {
+		st = &file{h: h, dirty: map[uint64]*dirtyBlock{}}
+		f.files[h] = st
+	}
+	if st != nil {
+		st.pins++
+	}
+	return st
+}
+
+// unpin releases a pin and drops the state if nothing holds it.
+func (f *FS) unpin(st *file) {
+	f.filesMu.Lock()
+	defer f.filesMu.Unlock()
+	st.pins--
+	st.sumMu.Lock()
+	dirty := st.hasDirty
+	st.sumMu.Unlock()
+	if st.opens == 0 && st.pins == 0 && !dirty && f.files[st.h] == st {
+		delete(f.files, st.h)
+	}
+}
+
+// overlayDirty makes attributes show this client's buffered writes.
+func (f *FS) overlayDirty(a *fs.Attr) {
+	f.filesMu.Lock()
+	st := f.files[a.Handle]
+	f.filesMu.Unlock()
+	if st == nil {
+		return
+	}
+	st.sumMu.Lock()
+	defer st.sumMu.Unlock()
+	if st.hasDirty {
+		a.Size = max(a.Size, st.dirtyEnd)
+		a.Mtime = timeOf(st.dirtyMtime)
+		a.Ctime = a.Mtime
+		a.Blocks = (a.Size + 511) / 512
+	}
+}
+
+// Write writes data at off (write-back: the bytes are buffered and reach
+// the stores at the next flush).
+func (f *FS) Write(ctx context.Context, h fs.Handle, off int64, data []byte) (int, error) {
+	if err := f.writable(); err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("negative offset %d: %w", off, syscall.EINVAL)
+	}
+	end := uint64(off) + uint64(len(data))
+	if end > fs.MaxFileBytes || uint64(off) > fs.MaxFileBytes {
+		return 0, fmt.Errorf("write to %d bytes (the bound is %d): %w", end, uint64(fs.MaxFileBytes), syscall.EFBIG)
+	}
+	if len(data) == 0 {
+		return 0, nil
+	}
+	st := f.pin(h, true)
+	defer f.unpin(st)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	c, err := f.committed(ctx, st)
+	if err != nil {
+		return 0, err
+	}
+	if c.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		if c.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			return 0, fmt.Errorf("write to directory %v: %w", h, syscall.EISDIR)
+		}
+		return 0, fmt.Errorf("write to non-regular object %v: %w", h, syscall.EINVAL)
+	}
+	starts, sizes := fs.BlocksIn(uint64(off), uint64(len(data)), f.tractSize)
+	for i, s := range starts {
+		db := st.dirty[s]
+		if db == nil {
+			db = &dirtyBlock{start: s, size: sizes[i], data: make([]byte, sizes[i])}
+			st.dirty[s] = db
+			st.dirtyBytes += int64(sizes[i])
+			f.dirty.Add(int64(sizes[i]))
+		}
+		lo := max(uint64(off), s)
+		hi := min(end, s+sizes[i])
+		copy(db.data[lo-s:hi-s], data[lo-uint64(off):hi-uint64(off)])
+		db.add(lo-s, hi-s)
+	}
+	now := f.now().UnixNano()
+	st.sumMu.Lock()
+	if !st.hasDirty {
+		st.dirtyEnd = c.Size
+	}
+	st.hasDirty = true
+	st.dirtyEnd = max(st.dirtyEnd, end)
+	st.dirtyMtime = now
+	st.sumMu.Unlock()
+	if st.dirtyBytes > f.cfg.MaxDirtyBytesPerFile || f.dirty.Load() > f.cfg.MaxDirtyBytes {
+		if err := f.flushLocked(ctx, st); err != nil {
+			return 0, err
+		}
+	}
+	return len(data), nil
+}
+
+// committed returns the file's committed state: cached while the client
+// holds it (from the create or the first use after an open), else asked.
+func (f *FS) committed(ctx context.Context, st *file) (fs.FileState, error) {
+	st.cacheMu.Lock()
+	if st.known {
+		s := st.state
+		st.cacheMu.Unlock()
+		return s, nil
+	}
+	st.cacheMu.Unlock()
+	s, _, err := f.md.FileBlocks(ctx, st.h, nil)
+	if err != nil {
+		return fs.FileState{}, err
+	}
+	st.cacheMu.Lock()
+	st.setState(s)
+	st.cacheMu.Unlock()
+	return s, nil
+}
+
+// Flush writes h's buffered data to the stores (close(2)).
+func (f *FS) Flush(ctx context.Context, h fs.Handle) error {
+	st := f.pin(h, false)
+	if st == nil {
+		return nil
+	}
+	defer f.unpin(st)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return f.flushLocked(ctx, st)
+}
+
+// Fsync is Flush: data is durable once the stores acknowledged it.
+func (f *FS) Fsync(ctx context.Context, h fs.Handle) error { return f.Flush(ctx, h) }
+
+// SyncAll flushes every file's buffered writes.
+func (f *FS) SyncAll(ctx context.Context) error { return f.syncAll(ctx, false) }
+
+// syncAll flushes every file; with dropStale, a file another client
+// removed meanwhile is not an error (its data is gone, as it would be had
+// it been flushed), only logged.
+func (f *FS) syncAll(ctx context.Context, dropStale bool) error {
+	f.filesMu.Lock()
+	var all []fs.Handle
+	for h := range f.files {
+		all = append(all, h)
+	}
+	f.filesMu.Unlock()
+	var errs []error
+	for _, h := range all {
+		err := f.Flush(ctx, h)
+		if dropStale && fs.Errno(err) == syscall.ESTALE {
+			f.log.Warn("buffered writes to a removed file dropped", "err", err)
+			continue
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// dropDirty forgets st's buffered writes.
+func (f *FS) dropDirty(st *file) {
+	for _, db := range st.dirty {
+		f.dirty.Add(-int64(db.size))
+	}
+	clear(st.dirty)
+	st.dirtyBytes = 0
+	st.sumMu.Lock()
+	st.hasDirty = false
+	st.sumMu.Unlock()
+}
+
+func (f *FS) flushLocked(ctx context.Context, st *file) error {
+	if len(st.dirty) == 0 {
+		return nil
+	}
+	var err error
+	for range maxFlushAttempts {
+		err = f.flushOnce(ctx, st)
+		if !errors.Is(err, fs.ErrRaced) {
+			break
+		}
+		st.cacheMu.Lock()
+		st.known, st.blocks, st.complete = false, nil, false
+		st.cacheMu.Unlock()
+	}
+	if e := fs.Errno(err); e == syscall.ENOENT || e == syscall.ESTALE || errors.Is(err, fs.ErrBlobNotFound) {
+		// Another client removed the file's last name and reclaimed it
+		// (an open file is kept alive only for the session holding it
+		// open): the buffered data has nowhere to go. The flush may learn
+		// it from the data store first, when the reclaim has already
+		// deleted the file's blob.
+		var lost int64
+		for _, db := range st.dirty {
+			lost += int64(db.size)
+		}
+		f.dropDirty(st)
+		f.filesMu.Lock()
+		open := st.opens > 0
+		f.filesMu.Unlock()
+		if !open {
+			// Nobody here holds the file open: its unflushed data went
+			// with its last name, as a local file system's would.
+			return nil
+		}
+		return fmt.Errorf("flush %v: the file was removed by another client; %d buffered bytes dropped: %w", st.h, lost, syscall.ESTALE)
+	}
+	if err != nil {
+		return fmt.Errorf("flush %v: %w", st.h, err)
+	}
+	f.stats.Flushes.Add(1)
+	f.dropDirty(st)
+	return nil
+}
+
+// newBlock is a block a flush writes.
+type newBlock struct {
+	start   uint64
+	data    []byte
+	base    fs.BlockRef // the pair the new content was merged onto
+	tract   uint64
+	written bool
+}
+
+func (f *FS) flushOnce(ctx context.Context, st *file) error {
+	h := st.h
+	starts := make([]uint64, 0, len(st.dirty))
+	for s := range st.dirty {
+		starts = append(starts, s)
+	}
+	slices.Sort(starts)
+	state, bases, err := f.blockRefs(ctx, st, starts)
+	if err != nil {
+		return err
+	}
+	if state.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return fmt.Errorf("data for non-regular object %v: %w", h, syscall.EINVAL)
+	}
+	// Merge the buffered writes onto the committed blocks.
+	blocks := make([]*newBlock, len(starts))
+	for i, s := range starts {
+		db := st.dirty[s]
+		base := bases[i]
+		var oldLen uint64
+		if base.Found {
+			oldLen = min(base.Length, db.size)
+			if state.Size < s+oldLen {
+				oldLen = state.Size - min(state.Size, s)
+			}
+		}
+		newLen := max(oldLen, db.end())
+		content := make([]byte, newLen)
+		if oldLen > 0 && !db.covers(oldLen) {
+			old, err := f.readTract(ctx, state.Blob, base.Tract)
+			if err != nil {
+				return err
+			}
+			if uint64(len(old)) < oldLen {
+				return fs.ErrRaced // the tract was freed: our pair is stale
+			}
+			copy(content, old[:oldLen])
+		}
+		for _, iv := range db.ivs {
+			copy(content[iv.lo:iv.hi], db.data[iv.lo:iv.hi])
+		}
+		blocks[i] = &newBlock{start: s, data: content, base: base}
+	}
+	// Every new block goes to a new tract: tracts are never rewritten, so
+	// a snapshot's blocks and a concurrent reader's are never changed.
+	blob := state.Blob
+	if !state.BlobExists {
+		if err := f.data.CreateBlob(ctx, blob); err != nil {
+			return fmt.Errorf("create blob: %w", err)
+		}
+	}
+	first, err := f.data.Extend(ctx, blob, uint64(len(blocks)))
+	if err != nil {
+		return fmt.Errorf("extend blob: %w", err)
+	}
+	for i, b := range blocks {
+		b.tract = first + uint64(i)
+	}
+	committedUpTo := 0
+	defer func() {
+		// Tracts written for batches that did not commit are garbage.
+		var dead []uint64
+		for _, b := range blocks[committedUpTo:] {
+			if b.written {
+				dead = append(dead, b.tract)
+			}
+		}
+		f.freeTracts(context.WithoutCancel(ctx), blob, dead)
+	}()
+	if err := fs.Parallel(ctx, len(blocks), maxParallelTracts, func(ctx context.Context, i int) error {
+		b := blocks[i]
+		if err := f.data.WriteTract(ctx, blob, b.tract, b.data); err != nil {
+			return fmt.Errorf("write tract: %w", err)
+		}
+		b.written = true
+		f.stats.TractWrites.Add(1)
+		f.tracts.put(tractKey{blob, b.tract}, b.data)
+		return nil
+	}); err != nil {
+		return err
+	}
+	st.sumMu.Lock()
+	finalSize, mtime := st.dirtyEnd, st.dirtyMtime
+	st.sumMu.Unlock()
+	for lo := 0; lo < len(blocks); lo += fs.MaxBlocksPerCommit {
+		batch := blocks[lo:min(len(blocks), lo+fs.MaxBlocksPerCommit)]
+		nbs := make([]fs.NewBlock, len(batch))
+		for i, b := range batch {
+			nbs[i] = fs.NewBlock{Start: b.start, Tract: b.tract, Length: uint64(len(b.data)), Base: b.base}
+		}
+		var size uint64
+		var mt int64
+		if lo+len(batch) == len(blocks) {
+			size, mt = finalSize, mtime
+		}
+		res, err := f.md.CommitBlocks(ctx, h, blob, nbs, size, mt)
+		if err != nil {
+			return err
+		}
+		committedUpTo = lo + len(batch)
+		st.cacheMu.Lock()
+		if st.blocks != nil && f.cfg.Snapshot == 0 {
+			for i, b := range batch {
+				st.blocks[b.start] = res.Blocks[i]
+			}
+		}
+		state.Size, state.DataGen, state.BlobExists = res.Size, res.DataGen, true
+		st.setState(state)
+		st.cacheMu.Unlock()
+	}
+	return nil
+}
+
+// blockRefs returns the file's committed state and the pairs of the given
+// block starts, from the client's cache or the metadata service.
+func (f *FS) blockRefs(ctx context.Context, st *file, starts []uint64) (fs.FileState, []fs.BlockRef, error) {
+	out := make([]fs.BlockRef, len(starts))
+	var missing []uint64
+	st.cacheMu.Lock()
+	state, known := st.state, st.known
+	for i, s := range starts {
+		if b, ok := st.blocks[s]; ok {
+			out[i] = b
+		} else if !st.complete || !known {
+			missing = append(missing, s)
+		}
+	}
+	st.cacheMu.Unlock()
+	if len(missing) == 0 && known {
+		return state, out, nil
+	}
+	state, got, err := f.md.FileBlocks(ctx, st.h, missing)
+	if err != nil {
+		return fs.FileState{}, nil, err
+	}
+	st.cacheMu.Lock()
+	st.setState(state)
+	if st.blocks == nil {
+		st.blocks = map[uint64]fs.BlockRef{}
+	}
+	for i, s := range missing {
+		st.blocks[s] = got[i]
+	}
+	for i, s := range starts {
+		out[i] = st.blocks[s]
+	}
+	st.cacheMu.Unlock()
+	return state, out, nil
+}
+
+// readTract returns the data of a tract of blob (cached).
+func (f *FS) readTract(ctx context.Context, blob fs.GUID, tract uint64) ([]byte, error) {
+	return f.tracts.get(ctx, tractKey{blob, tract}, func(ctx context.Context) ([]byte, error) {
+		f.stats.TractReads.Add(1)
+		data, err := f.data.ReadTract(ctx, blob, tract)
+		if err != nil {
+			return nil, fmt.Errorf("read tract: %w", err)
+		}
+		return data, nil
+	})
+}
+
+// freeTracts empties tracts of blob no pair names (written by a flush that
+// did not commit them).
+func (f *FS) freeTracts(ctx context.Context, blob fs.GUID, tracts []uint64) {
+	if len(tracts) == 0 {
+		return
+	}
+	_ = fs.Parallel(ctx, len(tracts), maxParallelTracts, func(ctx context.Context, i int) error {
+		f.tracts.drop(tractKey{blob, tracts[i]})
+		if err := f.data.WriteTract(ctx, blob, tracts[i], nil); err != nil {
+			f.log.Warn("freeing a tract; fsck will report it leaked", "blob", blob, "tract", tracts[i], "err", err)
+			return nil
+		}
+		f.stats.TractFrees.Add(1)
+		return nil
+	})
+}
+
+// Read reads up to len(dest) bytes at off; it returns fewer only at the end
+// of the file.
+func (f *FS) Read(ctx context.Context, h fs.Handle, off int64, dest []byte) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("negative offset %d: %w", off, syscall.EINVAL)
+	}
+	st := f.pin(h, true)
+	defer f.unpin(st)
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	var err error
+	for range maxStaleReads {
+		var n int
+		n, err = f.readOnce(ctx, st, uint64(off), dest)
+		if !errors.Is(err, fs.ErrRaced) {
+			return n, err
+		}
+		f.stats.StaleReads.Add(1)
+		st.cacheMu.Lock()
+		st.known, st.blocks, st.complete = false, nil, false
+		st.cacheMu.Unlock()
+	}
+	return 0, fmt.Errorf("read %v: blocks kept changing: %w", h, syscall.EIO)
+}
+
+func (f *FS) readOnce(ctx context.Context, st *file, off uint64, dest []byte) (int, error) {
+	c, err := f.committed(ctx, st)
+	if err != nil {
+		return 0, err
+	}
+	if c.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		return 0, fmt.Errorf("read of directory %v: %w", st.h, syscall.EISDIR)
+	}
+	size := c.Size
+	st.sumMu.Lock()
+	if st.hasDirty {
+		size = max(size, st.dirtyEnd)
+	}
+	st.sumMu.Unlock()
+	if off >= size || len(dest) == 0 {
+		return 0, nil
+	}
+	n := min(uint64(len(dest)), size-off)
+	dest = dest[:n]
+	clear(dest)
+	starts, sizes := fs.BlocksIn(off, n, f.tractSize)
+	state, refs, err := f.blockRefs(ctx, st, starts)
+	if err != nil {
+		return 0, err
+	}
+	err = fs.Parallel(ctx, len(starts), maxParallelTracts, func(ctx context.Context, i int) error {
+		s := starts[i]
+		b := refs[i]
+		if !b.Found {
+			return nil // a hole
+		}
+		data, err := f.readTract(ctx, state.Blob, b.Tract)
+		if err != nil {
+			return err
+		}
+		if uint64(len(data)) < b.Length {
+			return fs.ErrRaced
+		}
+		valid := data[:b.Length]
+		lo, hi := max(off, s), min(off+n, s+sizes[i])
+		if lo-s < uint64(len(valid)) {
+			copy(dest[lo-off:hi-off], valid[lo-s:min(hi-s, uint64(len(valid)))])
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	// Buffered writes on top.
+	for i, s := range starts {
+		db := st.dirty[s]
+		if db == nil {
+			continue
+		}
+		lo, hi := max(off, s), min(off+n, s+sizes[i])
+		for _, iv := range db.ivs {
+			a, b := max(lo, s+iv.lo), min(hi, s+iv.hi)
+			if a < b {
+				copy(dest[a-off:b-off], db.data[a-s:b-s])
+			}
+		}
+	}
+	// Read ahead the next block if this read ends in the last block.
+	if last := starts[len(starts)-1]; off+n == last+sizes[len(sizes)-1] && off+n < size {
+		f.prefetch(st, off+n)
+	}
+	return int(n), nil
+}
+
+// prefetch loads the tract of the block at off into the cache in the
+// background.
+func (f *FS) prefetch(st *file, off uint64) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), prefetchTimeout)
+		defer cancel()
+		s, _ := fs.BlockAt(off, f.tractSize)
+		state, refs, err := f.blockRefs(ctx, st, []uint64{s})
+		if err != nil || !refs[0].Found {
+			return
+		}
+		_, _ = f.readTract(ctx, state.Blob, refs[0].Tract)
+	}()
+}
+
+func timeOf(ns int64) time.Time { return time.Unix(0, ns) }

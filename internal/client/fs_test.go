@@ -1,0 +1,264 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/client"
+	"github.com/arbor-storage/arbor/internal/client/clienttest"
+	"github.com/arbor-storage/arbor/internal/fs"
+)
+
+// local is a file system run in this process over the in-memory stores,
+// with clients of it (each its own session).
+type local struct {
+	t       testing.TB
+	meta    *fs.MemMeta
+	data    *fs.MemData
+	num     uint64
+	engine  *fs.FS
+	clock   func() time.Time
+	session atomic.Uint64
+	nextSn  uint64
+	main    *client.FS
+}
+
+func newLocal(t testing.TB, tractSize int) *local {
+	t.Helper()
+	var ns atomic.Int64
+	ns.Store(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	l := &local{t: t, meta: fs.NewMemMeta(1), data: fs.NewMemData(tractSize), num: 7,
+		clock: func() time.Time { return time.Unix(0, ns.Add(1000)) }}
+	ctx := context.Background()
+	if err := fs.Format(ctx, l.meta, l.num, fs.DefaultLayout, l.clock()); err != nil {
+		t.Fatal(err)
+	}
+	l.engine = l.open(0)
+	l.main = l.client(l.engine, 0)
+	return l
+}
+
+func (l *local) open(snapshot uint64) *fs.FS {
+	l.t.Helper()
+	f, err := fs.Open(context.Background(), fs.Config{Meta: l.meta, Data: l.data, Number: l.num, Snapshot: snapshot, Clock: l.clock})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return f
+}
+
+// client returns a new client (a new session) of engine.
+func (l *local) client(engine *fs.FS, snapshot uint64) *client.FS {
+	l.t.Helper()
+	c, err := client.NewFS(client.FSConfig{Meta: client.Local{FS: engine, Session: l.session.Add(1)}, Data: l.data,
+		Snapshot: snapshot, Clock: l.clock})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	l.t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+func (l *local) FS() *client.FS { return l.main }
+
+func (l *local) CreateSnapshot(ctx context.Context, name string) (uint64, error) {
+	l.nextSn++
+	return l.nextSn, l.engine.CreateSnapshot(ctx, l.nextSn, name)
+}
+
+func (l *local) DeleteSnapshot(ctx context.Context, n uint64) error {
+	_, err := l.engine.DeleteSnapshot(ctx, n)
+	return err
+}
+
+func (l *local) OpenSnapshot(t testing.TB, n uint64) *client.FS { return l.client(l.open(n), n) }
+
+func (l *local) Check(ctx context.Context) (*fs.CheckReport, error) {
+	return l.engine.Check(ctx, fs.CheckOptions{Data: true})
+}
+
+func must[T any](t testing.TB) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func wantErrno(t testing.TB, err error, want syscall.Errno) {
+	t.Helper()
+	var got syscall.Errno
+	if !errors.As(err, &got) || got != want {
+		t.Fatalf("error %v, want %v", err, want)
+	}
+}
+
+// TestModel runs the model over a file system run in process, with
+// transactions that conflict now and then.
+func TestModel(t *testing.T) {
+	seed := clienttest.Seed(t)
+	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
+	steps := 3000
+	if testing.Short() {
+		steps = 800
+	}
+	for _, tractSize := range []int{64 << 10, 1 << 20} {
+		t.Run(fmt.Sprintf("tract=%d", tractSize), func(t *testing.T) {
+			l := newLocal(t, tractSize)
+			l.meta.SetConflictRate(0.05)
+			rep := clienttest.Run(t, l, clienttest.Options{Seed: seed + uint64(tractSize), Steps: steps,
+				DataTracts: func() int { _, tracts, _ := l.data.Usage(); return tracts }})
+			t.Logf("ops %v; %d objects, %d tracts; max values per transaction %d", rep.Ops, rep.Objects, rep.Tracts, l.meta.MaxValues())
+		})
+	}
+}
+
+func TestBasicData(t *testing.T) {
+	ctx := context.Background()
+	l := newLocal(t, 64<<10)
+	f := l.main
+	a := must[fs.Attr](t)(f.Create(ctx, fs.RootHandle, "f", 0o644, fs.Cred{}))
+	h := a.Handle
+	rng := rand.New(rand.NewPCG(1, 2))
+	model := make([]byte, 0)
+	for i := range 200 {
+		off := rng.IntN(600 << 10)
+		n := rng.IntN(40 << 10)
+		buf := make([]byte, n)
+		for j := range buf {
+			buf[j] = byte(rng.Uint32())
+		}
+		if _, err := f.Write(ctx, h, int64(off), buf); err != nil {
+			t.Fatal(err)
+		}
+		if off+n > len(model) {
+			model = append(model, make([]byte, off+n-len(model))...)
+		}
+		copy(model[off:], buf)
+		switch i % 7 {
+		case 3:
+			if err := f.Flush(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+		case 5:
+			sz := rng.IntN(len(model) + 1)
+			if _, err := f.SetAttr(ctx, h, fs.SetAttrIn{Valid: fs.SetSize, Size: uint64(sz)}); err != nil {
+				t.Fatal(err)
+			}
+			model = model[:sz]
+		}
+		got := make([]byte, len(model)+100)
+		n2, err := f.Read(ctx, h, 0, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n2 != len(model) || !bytes.Equal(got[:n2], model) {
+			t.Fatalf("step %d: read %d bytes, want %d; equal=%v", i, n2, len(model), bytes.Equal(got[:min(n2, len(model))], model[:min(n2, len(model))]))
+		}
+	}
+	if err := f.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if at := must[fs.Attr](t)(f.GetAttr(ctx, h)); at.Size != uint64(len(model)) {
+		t.Fatalf("size %d, want %d", at.Size, len(model))
+	}
+	rep, err := l.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("check: %+v", rep.Problems)
+	}
+	if err := f.Unlink(ctx, fs.RootHandle, "f"); err != nil {
+		t.Fatal(err)
+	}
+	blobs, tracts, _ := l.data.Usage()
+	if blobs != 0 || tracts != 0 {
+		t.Fatalf("after unlink: %d blobs, %d tracts", blobs, tracts)
+	}
+}
+
+// TestRemovedByOtherClient: a file open in client A whose last name client
+// B removes is reclaimed by B (the orphan names B, which does not hold
+// it); A's buffered writes then fail with ESTALE and leave nothing behind,
+// and A closes cleanly.
+func TestRemovedByOtherClient(t *testing.T) {
+	ctx := context.Background()
+	l := newLocal(t, 64<<10)
+	a := l.main
+	// B runs its own copy of the file system, as another metadata server
+	// would after a failover: it does not know A's opens.
+	b := l.client(l.open(0), 0)
+	at := must[fs.Attr](t)(a.Create(ctx, fs.RootHandle, "f", 0o644, fs.Cred{}))
+	if _, err := a.Write(ctx, at.Handle, 0, make([]byte, 100<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(ctx, at.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write(ctx, at.Handle, 100<<10, make([]byte, 300<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Unlink(ctx, fs.RootHandle, "f"); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, a.Flush(ctx, at.Handle), syscall.ESTALE)
+	if err := a.Release(ctx, at.Handle); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := l.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("check: %+v", rep.Problems)
+	}
+}
+
+// TestOpenFileOutlivesItsName: a file open in one session keeps its data
+// after another session (same metadata server) removes its last name,
+// until its last close.
+func TestOpenFileOutlivesItsName(t *testing.T) {
+	ctx := context.Background()
+	l := newLocal(t, 64<<10)
+	a := l.main
+	b := l.client(l.engine, 0)
+	at := must[fs.Attr](t)(a.Create(ctx, fs.RootHandle, "f", 0o644, fs.Cred{}))
+	if _, err := a.Write(ctx, at.Handle, 0, []byte("still here")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(ctx, at.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Unlink(ctx, fs.RootHandle, "f"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write(ctx, at.Handle, 10, []byte(", and more")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(ctx, at.Handle); err != nil {
+		t.Fatalf("flush of an open file another session unlinked: %v", err)
+	}
+	got := make([]byte, 40)
+	n := must[int](t)(a.Read(ctx, at.Handle, 0, got))
+	if string(got[:n]) != "still here, and more" {
+		t.Fatalf("read %q", got[:n])
+	}
+	if err := a.Release(ctx, at.Handle); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.GetAttr(ctx, at.Handle)
+	wantErrno(t, err, syscall.ENOENT)
+	if blobs, tracts, _ := l.data.Usage(); blobs != 0 || tracts != 0 {
+		t.Fatalf("after the last close: %d blobs, %d tracts", blobs, tracts)
+	}
+}
