@@ -113,6 +113,9 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 	var cur *checkKey
 	from := k.objects()
 	err = f.meta.Scan(ctx, from, endOf(from), func(key, value []byte) error {
+		if isTableRecord(key) {
+			return nil // a metadata server's record of its table
+		}
 		prefix, s, err := splitVersion(key)
 		if err != nil {
 			return err

@@ -33,6 +33,77 @@ type Config struct {
 	Clock func() time.Time
 	// Logger receives debug and warning logs (discarded if nil).
 	Logger *slog.Logger
+	// Shared, if set, is what the metadata servers of a file system cut
+	// into tables share (DESIGN.md §2.6): the superblock's id counters and
+	// the lock on directory moves. Nil: this FS is the only writer of its
+	// metadata and keeps both in the superblock, inside its transactions.
+	Shared Shared
+}
+
+// Shared is what the file system's servers share beyond their own tables.
+type Shared interface {
+	// NextID returns the next value of the superblock counter c: durable
+	// and never handed out twice (SuperblockCounter does it).
+	NextID(ctx context.Context, c Counter) (uint64, error)
+	// LockRenames takes the file system's lock on moves of directories
+	// between parents, which makes the ancestor check of such a move
+	// (done outside its transaction) sound; unlock releases it.
+	LockRenames(ctx context.Context) (unlock func(), err error)
+}
+
+// Counter names one of the superblock's id counters (layout.go).
+type Counter int
+
+// The superblock's counters: the roots of the too-deep region, the ids of
+// the too-wide region, and the catch-all ids.
+const (
+	CounterTooDeep Counter = iota + 1
+	CounterTooWide
+	CounterCatchAll
+)
+
+// SuperblockCounter increments counter c of file system f's superblock in
+// a transaction of its own and returns the new value: what a Shared
+// implementation does over the metadata store itself (not a server's
+// tables).
+func SuperblockCounter(ctx context.Context, meta MetaStore, f uint64, c Counter) (uint64, error) {
+	k := keys{f: f}
+	var v uint64
+	err := meta.Update(ctx, func(tx MetaTxn) error {
+		sb, err := getSuperblock(tx, k)
+		if err != nil {
+			return err
+		}
+		p := sb.counter(c)
+		if p == nil {
+			return fmt.Errorf("fs: unknown superblock counter %d", c)
+		}
+		*p++
+		v = *p
+		return tx.Put(k.superblock(), sb.encode())
+	})
+	return v, err
+}
+
+func (sb *superblock) counter(c Counter) *uint64 {
+	switch c {
+	case CounterTooDeep:
+		return &sb.NextTooDeep
+	case CounterTooWide:
+		return &sb.NextTooWide
+	case CounterCatchAll:
+		return &sb.NextCatchAll
+	}
+	return nil
+}
+
+// EpochTxn is implemented by the transactions of a metadata store that
+// fences writes itself: a metadata server's tables, whose headers carry the
+// write epoch W and which a snapshot fences one by one (DESIGN.md §2.6).
+// Such a transaction gives W instead of the superblock's, and the store
+// guarantees that a snapshot taken concurrently fails it.
+type EpochTxn interface {
+	WriteEpoch() (uint64, error)
 }
 
 // headSnapshot is the snapshot number reads at the head use: above every
@@ -288,12 +359,22 @@ func (f *FS) cachedSnapshots(ctx context.Context) (*snapCache, error) {
 }
 
 // update runs fn in a write transaction at the current epoch: it reads the
-// superblock (the fence of doc.go, Snapshots), checks the cached snapshot
-// set against it, and writes the superblock back if fn changed it.
+// superblock (the fence of doc.go, Snapshots), or asks an EpochTxn its
+// epoch, checks the cached snapshot set against it, and writes the
+// superblock back if fn changed it. A transaction that moves directories
+// between parents runs with the rename lock held when the FS has Shared.
 func (f *FS) update(ctx context.Context, fn func(w *wtx) error) error {
 	if f.readOnly {
 		return syscall.EROFS
 	}
+	var checked []dirMove
+	drawn := map[Counter]uint64{} // ids drawn by an attempt, reused by the next
+	var unlock func()
+	defer func() {
+		if unlock != nil {
+			unlock()
+		}
+	}()
 	for range maxRefreshes {
 		c, err := f.cachedSnapshots(ctx)
 		if err != nil {
@@ -301,14 +382,26 @@ func (f *FS) update(ctx context.Context, fn func(w *wtx) error) error {
 		}
 		f.stats.Txns.Add(1)
 		err = f.meta.Update(ctx, func(tx MetaTxn) error {
-			sb, err := getSuperblock(tx, f.keys)
-			if err != nil {
-				return err
+			w := &wtx{tx: tx, ctx: ctx, snaps: c.set, session: SessionOf(ctx), checked: checked, drawn: drawn}
+			if et, ok := tx.(EpochTxn); ok {
+				epoch, err := et.WriteEpoch()
+				if err != nil {
+					return err
+				}
+				if epoch != c.epoch {
+					return errStaleSnapshots
+				}
+				w.epoch = epoch
+			} else {
+				sb, err := getSuperblock(tx, f.keys)
+				if err != nil {
+					return err
+				}
+				if sb.Epoch != c.epoch || sb.Gen != c.gen {
+					return errStaleSnapshots
+				}
+				w.epoch, w.sb = sb.Epoch, sb
 			}
-			if sb.Epoch != c.epoch || sb.Gen != c.gen {
-				return errStaleSnapshots
-			}
-			w := &wtx{tx: tx, epoch: sb.Epoch, snaps: c.set, sb: sb, session: SessionOf(ctx)}
 			if err := fn(w); err != nil {
 				return err
 			}
@@ -317,15 +410,36 @@ func (f *FS) update(ctx context.Context, fn func(w *wtx) error) error {
 			}
 			return nil
 		})
-		if errors.Is(err, errStaleSnapshots) {
+		var nl *needRenameLock
+		switch {
+		case errors.Is(err, errStaleSnapshots):
 			if _, err := f.refreshSnapshots(ctx); err != nil {
 				return err
 			}
+			continue
+		case errors.As(err, &nl):
+			if unlock == nil {
+				if unlock, err = f.cfg.Shared.LockRenames(ctx); err != nil {
+					unlock = nil
+					return fmt.Errorf("fs: lock directory moves: %w", err)
+				}
+			}
+			if err := f.checkBelow(ctx, nl.moves); err != nil {
+				return err
+			}
+			checked = nl.moves
 			continue
 		}
 		return err
 	}
 	return fmt.Errorf("fs: the snapshot set kept changing: %w", syscall.EAGAIN)
+}
+
+// RefreshSnapshots reloads the snapshot set writers copy on write for
+// (after a snapshot was marked for deletion, before sweeping).
+func (f *FS) RefreshSnapshots(ctx context.Context) error {
+	_, err := f.refreshSnapshots(ctx)
+	return err
 }
 
 // view runs fn in a read-only transaction at the FS's read snapshot.
@@ -412,4 +526,18 @@ func (f *FS) EndSession(ctx context.Context, session uint64) error {
 		return nil
 	}
 	return f.meta.Update(ctx, func(tx MetaTxn) error { return tx.Delete(f.keys.session(session)) })
+}
+
+// ReadEpoch returns file system f's write epoch W and snapshot generation,
+// from its superblock.
+func ReadEpoch(ctx context.Context, meta MetaStore, f uint64) (epoch, gen uint64, err error) {
+	err = meta.View(ctx, func(tx MetaTxn) error {
+		sb, err := getSuperblock(tx, keys{f: f})
+		if err != nil {
+			return err
+		}
+		epoch, gen = sb.Epoch, sb.Gen
+		return nil
+	})
+	return epoch, gen, err
 }

@@ -3,6 +3,7 @@ package fs
 import (
 	"bytes"
 	"fmt"
+	"math"
 
 	"github.com/arbor-storage/arbor/internal/btree/tuple"
 )
@@ -91,6 +92,101 @@ func (k keys) xattr(h Handle, name string) []byte {
 
 func (k keys) symlinkChunk(h Handle, i uint64) []byte {
 	return tuple.AppendUint(tuple.AppendUint(k.object(h), kindSymlink), i)
+}
+
+// KeyDir returns the directory id D a key is filed under when it is an
+// object's key (F, 1, D, ...) or an orphan's (F, 2, D, ...): the keys a
+// metadata server's tables own (DESIGN.md §2.6). ok is false for the file
+// system's shared records (superblock, snapshots, blob queue, sessions).
+func KeyDir(key []byte) (f, d uint64, ok bool, err error) {
+	corrupt := func(why string) error { return fmt.Errorf("%w: key %x: %s", errCorrupt, key, why) }
+	next := func(b []byte) (uint64, []byte, error) {
+		x, rest, err := tuple.Next(b)
+		if err != nil {
+			return 0, nil, corrupt(err.Error())
+		}
+		v, isUint := asUint(x)
+		if !isUint {
+			return 0, nil, corrupt("a leading element is not a non-negative integer")
+		}
+		return v, rest, nil
+	}
+	f, rest, err := next(key)
+	if err != nil || len(rest) == 0 {
+		return f, 0, false, err
+	}
+	space, rest, err := next(rest)
+	if err != nil || (space != spaceObjects && space != spaceOrphans) || len(rest) == 0 {
+		return f, 0, false, err
+	}
+	d, _, err = next(rest)
+	return f, d, err == nil, err
+}
+
+// DirRanges returns the two key ranges filed under directory id d in file
+// system f (its objects' keys and its orphans'): what a metadata server
+// loads and forgets as one unit.
+func DirRanges(f, d uint64) [2][2][]byte {
+	k := keys{f: f}
+	r := DRange{Lo: d, Hi: d + 1}
+	if d == math.MaxUint64 {
+		r.Hi = 0
+	}
+	var out [2][2][]byte
+	out[0][0], out[0][1] = k.keysIn(spaceObjects, r)
+	out[1][0], out[1][1] = k.keysIn(spaceOrphans, r)
+	return out
+}
+
+// TableRecordKey returns the key (F, 1, lo, -1, elems...) of a record of
+// the table that starts at directory id lo (its header, its reply records):
+// a metadata server's, which the file system's own scans skip. Such keys
+// sort before every other key filed under lo.
+func TableRecordKey(f, lo uint64, elems ...uint64) []byte {
+	b := tuple.AppendInt(tuple.AppendUint(tuple.AppendUint(tuple.AppendUint(nil, f), spaceObjects), lo), -1)
+	for _, e := range elems {
+		b = tuple.AppendUint(b, e)
+	}
+	return b
+}
+
+// isTableRecord reports whether a key under (F, 1) is a table record
+// (TableRecordKey): its fourth element is negative.
+func isTableRecord(key []byte) bool {
+	rest := key
+	for range 3 {
+		var err error
+		if _, rest, err = tuple.Next(rest); err != nil {
+			return false
+		}
+	}
+	x, _, err := tuple.Next(rest)
+	if err != nil {
+		return false
+	}
+	v, ok := x.(int64)
+	return ok && v < 0
+}
+
+// DRange is a range [Lo, Hi) of directory ids D; Hi 0 means up to 2^64
+// (a table's range, DESIGN.md §2.6).
+type DRange struct{ Lo, Hi uint64 }
+
+// AllD is every directory id.
+var AllD = DRange{}
+
+// Contains reports whether d is in r.
+func (r DRange) Contains(d uint64) bool { return d >= r.Lo && (r.Hi == 0 || d < r.Hi) }
+
+// keysIn returns [from, to) of the keys under space (objects or orphans)
+// whose D is in r.
+func (k keys) keysIn(space uint64, r DRange) (from, to []byte) {
+	p := tuple.AppendUint(tuple.AppendUint(nil, k.f), space)
+	from = tuple.AppendUint(bytes.Clone(p), r.Lo)
+	if r.Hi == 0 {
+		return from, tuple.PrefixEnd(p)
+	}
+	return from, tuple.AppendUint(p, r.Hi)
 }
 
 func (k keys) orphanPrefix() []byte {

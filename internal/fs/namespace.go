@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -363,19 +364,90 @@ func (f *FS) allocDir(w *wtx, dir Handle, parent *inode) (Handle, error) {
 	// Too deep, or the parent has used every slot value: a new root of
 	// the too-deep region, else the catch-all region.
 	if hierarchical(dir.D) || Region(dir.D) == regionCatchAll {
-		if d, ok := f.layout.tooDeepRoot(w.sb.NextTooDeep + 1); ok {
-			w.sb.NextTooDeep++
-			w.sbDirty = true
+		k, err := f.nextID(w, CounterTooDeep)
+		if err != nil {
+			return Handle{}, err
+		}
+		if d, ok := f.layout.tooDeepRoot(k); ok {
 			return Handle{D: d}, nil
 		}
 	}
-	d, ok := catchAllID(w.sb.NextCatchAll + 1)
+	k, err := f.nextID(w, CounterCatchAll)
+	if err != nil {
+		return Handle{}, err
+	}
+	d, ok := catchAllID(k)
 	if !ok {
 		return Handle{}, fmt.Errorf("%w: %w", errIDSpace, syscall.ENOSPC)
 	}
-	w.sb.NextCatchAll++
-	w.sbDirty = true
 	return Handle{D: d}, nil
+}
+
+// nextID draws the next value of a superblock counter: in the
+// transaction's superblock, or from Config.Shared (a value drawn by an
+// attempt that does not commit is lost, which costs nothing but an id).
+func (f *FS) nextID(w *wtx, c Counter) (uint64, error) {
+	if w.sb == nil {
+		if f.cfg.Shared == nil {
+			return 0, errors.New("fs: a store that gives its epoch needs Config.Shared")
+		}
+		if v, ok := w.drawn[c]; ok {
+			return v, nil
+		}
+		v, err := f.cfg.Shared.NextID(w.ctx, c)
+		if err == nil {
+			w.drawn[c] = v
+		}
+		return v, err
+	}
+	p := w.sb.counter(c)
+	*p++
+	w.sbDirty = true
+	return *p, nil
+}
+
+// dirMove is a directory moved below another directory by a rename.
+type dirMove struct{ dir, moved Handle }
+
+// needRenameLock asks update to take the rename lock and check moves
+// before running the transaction again (Config.Shared).
+type needRenameLock struct{ moves []dirMove }
+
+func (e *needRenameLock) Error() string { return "fs: directory move needs the rename lock" }
+
+// checkMoves makes directory moves between parents safe. Alone, the FS
+// serializes them through the superblock (every such transaction writes
+// it, so any two conflict) and checks ancestors with reads outside the
+// transaction; with Shared, the ancestors are checked before the
+// transaction under the file system's rename lock (update).
+func (f *FS) checkMoves(w *wtx, moves []dirMove) error {
+	if len(moves) == 0 {
+		return nil
+	}
+	if w.sb != nil {
+		w.sb.RenameSeq++
+		w.sbDirty = true
+		return f.checkBelow(w.ctx, moves)
+	}
+	if !slices.Equal(w.checked, moves) {
+		return &needRenameLock{moves: moves}
+	}
+	return nil
+}
+
+// checkBelow fails with EINVAL if a move would put a directory below
+// itself.
+func (f *FS) checkBelow(ctx context.Context, moves []dirMove) error {
+	for _, m := range moves {
+		below, err := f.isBelow(ctx, m.dir, m.moved)
+		if err != nil {
+			return err
+		}
+		if below {
+			return errf(syscall.EINVAL, "move of directory %v below itself", m.moved)
+		}
+	}
+	return nil
 }
 
 // allocFile assigns a new file's handle in directory dir.
@@ -414,14 +486,17 @@ func (f *FS) overflowFileD(w *wtx, dir Handle, parent *inode) (uint64, error) {
 			}
 		}
 	}
-	if d, ok := tooWideID(w.sb.NextTooWide + 1); ok {
-		w.sb.NextTooWide++
-		w.sbDirty = true
+	n, err := f.nextID(w, CounterTooWide)
+	if err != nil {
+		return 0, err
+	}
+	if d, ok := tooWideID(n); ok {
 		return d, nil
 	}
-	if d, ok := catchAllID(w.sb.NextCatchAll + 1); ok {
-		w.sb.NextCatchAll++
-		w.sbDirty = true
+	if n, err = f.nextID(w, CounterCatchAll); err != nil {
+		return 0, err
+	}
+	if d, ok := catchAllID(n); ok {
 		return d, nil
 	}
 	return 0, fmt.Errorf("%w: %w", errIDSpace, syscall.ENOSPC)
@@ -704,18 +779,9 @@ func (f *FS) Rename(ctx context.Context, srcDir Handle, srcName string, dstDir H
 		}
 		moving := se.Type == sIFDIR
 		if moving && srcDir != dstDir {
-			// Directory moves between parents are serialized through the
-			// superblock (their ancestor checks read outside the
-			// transaction), and the destination must not be below the
-			// moved directory.
-			w.sb.RenameSeq++
-			w.sbDirty = true
-			below, err := f.isBelow(ctx, dstDir, se.H)
-			if err != nil {
+			// The destination must not be below the moved directory.
+			if err := f.checkMoves(w, []dirMove{{dstDir, se.H}}); err != nil {
 				return err
-			}
-			if below {
-				return errf(syscall.EINVAL, "move of directory %v below itself", se.H)
 			}
 		}
 		if de != nil {
@@ -827,22 +893,15 @@ func (f *FS) exchange(ctx context.Context, srcDir Handle, srcName string, dstDir
 		}
 		now := f.now().UnixNano()
 		if srcDir != dstDir {
-			w.sb.RenameSeq++
-			w.sbDirty = true
-			for _, c := range []struct {
-				e   *dirent
-				dir Handle
-			}{{se, dstDir}, {de, srcDir}} {
-				if c.e.Type != sIFDIR {
-					continue
-				}
-				below, err := f.isBelow(ctx, c.dir, c.e.H)
-				if err != nil {
-					return err
-				}
-				if below {
-					return errf(syscall.EINVAL, "exchange would move directory %v below itself", c.e.H)
-				}
+			var moves []dirMove
+			if se.Type == sIFDIR {
+				moves = append(moves, dirMove{dstDir, se.H})
+			}
+			if de.Type == sIFDIR {
+				moves = append(moves, dirMove{srcDir, de.H})
+			}
+			if err := f.checkMoves(w, moves); err != nil {
+				return err
 			}
 		}
 		// Each name keeps its cookie and points at the other object.
@@ -887,8 +946,8 @@ func (f *FS) exchange(ctx context.Context, srcDir Handle, srcName string, dstDir
 }
 
 // isBelow reports whether directory d is dir or below it, walking d's
-// parents with reads of their own (Rename serializes the moves that could
-// change the answer through the superblock).
+// parents with reads of their own (checkMoves says why the answer holds
+// until the rename commits).
 func (f *FS) isBelow(ctx context.Context, d, dir Handle) (bool, error) {
 	cur := d
 	for range maxDepth {

@@ -168,6 +168,12 @@ func (f *FS) deleteQueuedBlob(ctx context.Context, g GUID) error {
 // here), and deletes the blobs queued for deletion. Whoever runs the file
 // system runs it in the background; fsck --repair runs it with all.
 func (f *FS) ReclaimOrphans(ctx context.Context, all bool) error {
+	return errors.Join(f.ReclaimOrphansIn(ctx, AllD, all), f.DeleteQueuedBlobs(ctx))
+}
+
+// ReclaimOrphansIn is ReclaimOrphans for the orphans whose D is in r (a
+// metadata server's tables), without the blob queue (DeleteQueuedBlobs).
+func (f *FS) ReclaimOrphansIn(ctx context.Context, r DRange, all bool) error {
 	if f.readOnly {
 		return nil
 	}
@@ -195,8 +201,8 @@ func (f *FS) ReclaimOrphans(ctx context.Context, all bool) error {
 		rec *orphanRecord
 	}
 	var orphans []orphan
-	op := k.orphanPrefix()
-	err = f.meta.Scan(ctx, op, endOf(op), func(key, value []byte) error {
+	ofrom, oto := k.keysIn(spaceOrphans, r)
+	err = f.meta.Scan(ctx, ofrom, oto, func(key, value []byte) error {
 		t, err := tuple.Unpack(key)
 		if err != nil || len(t) != 4 {
 			return fmt.Errorf("%w: orphan key %x", errCorrupt, key)
@@ -230,9 +236,25 @@ func (f *FS) ReclaimOrphans(ctx context.Context, all bool) error {
 			errs = append(errs, fmt.Errorf("orphan %v: %w", o.h, err))
 		}
 	}
+	// Sessions long expired are dropped.
+	for id, seen := range sessions {
+		if seen < f.now().Add(-10*SessionExpiry).UnixNano() {
+			errs = append(errs, f.meta.Update(ctx, func(tx MetaTxn) error { return tx.Delete(k.session(id)) }))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DeleteQueuedBlobs deletes the blobs queued for deletion (F, 3).
+func (f *FS) DeleteQueuedBlobs(ctx context.Context) error {
+	if f.readOnly {
+		return nil
+	}
+	k := f.keys
+	var errs []error
 	var queued []GUID
 	bp := k.blobQueuePrefix()
-	err = f.meta.Scan(ctx, bp, endOf(bp), func(key, _ []byte) error {
+	err := f.meta.Scan(ctx, bp, endOf(bp), func(key, _ []byte) error {
 		t, err := tuple.Unpack(key)
 		if err != nil || len(t) != 3 {
 			return fmt.Errorf("%w: blob queue key %x", errCorrupt, key)
@@ -252,12 +274,6 @@ func (f *FS) ReclaimOrphans(ctx context.Context, all bool) error {
 	for _, g := range queued {
 		if err := f.deleteQueuedBlob(ctx, g); err != nil {
 			errs = append(errs, err)
-		}
-	}
-	// Sessions long expired are dropped.
-	for id, seen := range sessions {
-		if seen < f.now().Add(-10*SessionExpiry).UnixNano() {
-			errs = append(errs, f.meta.Update(ctx, func(tx MetaTxn) error { return tx.Delete(k.session(id)) }))
 		}
 	}
 	return errors.Join(errs...)

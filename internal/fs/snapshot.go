@@ -97,10 +97,26 @@ type SweepStats struct {
 // DeleteSnapshot deletes snapshot n: it marks the record deleting (from
 // then on writers stop copying for it... once the record is gone), sweeps
 // away every version and tract no remaining snapshot needs, and removes
-// the record. Running it again after a crash finishes the job.
+// the record. Running it again after a crash finishes the job. Metadata
+// servers take the three steps apart: MarkSnapshotDeleting and
+// RemoveSnapshotRecord on the superblock, SweepRange by each table's owner.
 func (f *FS) DeleteSnapshot(ctx context.Context, n uint64) (SweepStats, error) {
+	if err := f.MarkSnapshotDeleting(ctx, n); err != nil {
+		return SweepStats{}, err
+	}
+	stats, err := f.Sweep(ctx)
+	if err != nil {
+		return stats, err
+	}
+	return stats, f.RemoveSnapshotRecord(ctx, n)
+}
+
+// MarkSnapshotDeleting marks snapshot n's record deleting and refreshes
+// the snapshot set (idempotent; nothing to do for a snapshot with no
+// record).
+func (f *FS) MarkSnapshotDeleting(ctx context.Context, n uint64) error {
 	if f.readOnly {
-		return SweepStats{}, syscall.EROFS
+		return syscall.EROFS
 	}
 	k := f.keys
 	err := f.meta.Update(ctx, func(tx MetaTxn) error {
@@ -127,13 +143,19 @@ func (f *FS) DeleteSnapshot(ctx context.Context, n uint64) (SweepStats, error) {
 		return tx.Put(k.superblock(), sb.encode())
 	})
 	if err != nil {
-		return SweepStats{}, err
+		return err
 	}
-	stats, err := f.Sweep(ctx)
-	if err != nil {
-		return stats, err
+	_, err = f.refreshSnapshots(ctx)
+	return err
+}
+
+// RemoveSnapshotRecord removes snapshot n's record, once swept.
+func (f *FS) RemoveSnapshotRecord(ctx context.Context, n uint64) error {
+	if f.readOnly {
+		return syscall.EROFS
 	}
-	err = f.meta.Update(ctx, func(tx MetaTxn) error {
+	k := f.keys
+	err := f.meta.Update(ctx, func(tx MetaTxn) error {
 		sb, err := getSuperblock(tx, k)
 		if err != nil {
 			return err
@@ -149,10 +171,10 @@ func (f *FS) DeleteSnapshot(ctx context.Context, n uint64) (SweepStats, error) {
 		return tx.Put(k.superblock(), sb.encode())
 	})
 	if err != nil {
-		return stats, err
+		return err
 	}
 	_, err = f.refreshSnapshots(ctx)
-	return stats, err
+	return err
 }
 
 // liveSnapshots returns the numbers of the snapshots not being deleted.
@@ -218,7 +240,11 @@ func neededVersions(vs []keyVersion, live *snapSet) []bool {
 // in any snapshot. Concurrent writers are safe: only versions below the
 // newest are removed (a writer never changes those) and each removal is a
 // transaction that checks the version is unchanged.
-func (f *FS) Sweep(ctx context.Context) (SweepStats, error) {
+func (f *FS) Sweep(ctx context.Context) (SweepStats, error) { return f.SweepRange(ctx, AllD) }
+
+// SweepRange is Sweep over the objects whose D is in r (a metadata server
+// sweeps its own tables).
+func (f *FS) SweepRange(ctx context.Context, r DRange) (SweepStats, error) {
 	var stats SweepStats
 	if f.readOnly {
 		return stats, syscall.EROFS
@@ -227,8 +253,7 @@ func (f *FS) Sweep(ctx context.Context) (SweepStats, error) {
 	if err != nil {
 		return stats, err
 	}
-	from := f.keys.objects()
-	to := endOf(from)
+	from, to := f.keys.keysIn(spaceObjects, r)
 	var group []keyVersion
 	var groupPrefix []byte
 	var errs []error
@@ -243,6 +268,9 @@ func (f *FS) Sweep(ctx context.Context) (SweepStats, error) {
 		group = group[:0]
 	}
 	err = f.meta.Scan(ctx, from, to, func(key, value []byte) error {
+		if isTableRecord(key) {
+			return nil // a metadata server's record of its table
+		}
 		prefix, s, err := splitVersion(key)
 		if err != nil {
 			return err

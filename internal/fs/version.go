@@ -13,13 +13,24 @@ import (
 // are in one place.
 type wtx struct {
 	tx    MetaTxn
+	ctx   context.Context
 	epoch uint64
 	snaps *snapSet
-	sb    *superblock
+	// sb is the superblock the transaction read; nil when the store gives
+	// the epoch itself (EpochTxn).
+	sb *superblock
 	// sbDirty: the superblock was changed and must be written back.
 	sbDirty bool
 	// session is the calling session (WithSession).
 	session uint64
+	// checked are the directory moves whose ancestor checks were done
+	// under the rename lock before this attempt (Config.Shared).
+	checked []dirMove
+	// drawn are ids drawn from Config.Shared by earlier attempts of the
+	// same update, which did not commit: the next attempt uses them
+	// again, so an attempt that must run again (a store that loads what
+	// it touched first) finds the same keys.
+	drawn map[Counter]uint64
 }
 
 // current reads the newest version of prefix. It reads by a scan, which

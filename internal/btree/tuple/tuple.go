@@ -150,6 +150,20 @@ func Unpack(b []byte) (Tuple, error) {
 	return t, nil
 }
 
+// Next decodes the first element of a packed tuple and returns it with
+// the rest of b: a reader that needs only a key's leading elements decodes
+// no more. It fails on empty input and on what Unpack refuses.
+func Next(b []byte) (any, []byte, error) {
+	if len(b) == 0 {
+		return nil, nil, fmt.Errorf("%w: no element", ErrMalformed)
+	}
+	e, rest, err := decodeElement(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return e, rest, nil
+}
+
 func decodeElement(b []byte) (any, []byte, error) {
 	code := b[0]
 	b = b[1:]

@@ -1,0 +1,523 @@
+package meta
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/RaduBerinde/btreemap"
+
+	"github.com/arbor-storage/arbor/internal/btree"
+	"github.com/arbor-storage/arbor/internal/fs"
+)
+
+// store is one metadata server's view of one file system's metadata
+// (doc.go, The table store): the tables of it the server owns, cached and
+// written through group commit, and the rest of the tree, read directly.
+// It is the fs.MetaStore of the file-system engines the server runs for
+// that file system.
+type store struct {
+	f    uint64
+	node uint64
+	tree *btree.Tree
+	log  *slog.Logger
+	lim  Limits
+
+	mu      sync.RWMutex
+	changed *sync.Cond // on mu: tables, frozen state or units changed
+	tables  []*table   // owned, sorted by range
+	kv      *btreemap.BTreeMap[string, *entry]
+	units   map[uint64]*unit // loaded units by directory id
+	unitIdx *btreemap.BTreeMap[uint64, *unit]
+	bytes   int64            // cached bytes
+	useTick uint64
+
+	loadMu  sync.Mutex
+	loading map[uint64]chan struct{}
+
+	// Pending entries, in commit order (commit.go).
+	queue   []*pending
+	nextSeq uint64
+	kick    chan struct{}
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	m    *storeMetrics
+}
+
+// entry is a cached key. A pending write (pending != 0) is applied here
+// but not yet durable; a deleted entry is a pending delete, absent to
+// readers.
+type entry struct {
+	val     []byte
+	deleted bool
+	pending *pending
+	u       *unit
+}
+
+// unit is everything filed under one directory id (fs.DirRanges): what the
+// store loads and forgets at once. dirty counts its pending writes: a unit
+// with pending writes is never forgotten.
+type unit struct {
+	d       uint64
+	bytes   int64
+	dirty   int
+	lastUse uint64
+	keys    int
+}
+
+// table is a table the server owns.
+type table struct {
+	id    uint64
+	r     fs.DRange
+	epoch uint64 // the delegation epoch the server acquired it at
+	hdr   tableHeader
+	// serving is false while the table is being dropped: its requests are
+	// refused.
+	serving bool
+	// frozenSince is when the server found it frozen.
+	frozenSince time.Time
+}
+
+// Limits bound what a store keeps and does.
+type Limits struct {
+	// CacheBytes bounds the cached keys and values of one file system on
+	// one server; clean units are forgotten past it (least recently used
+	// first).
+	CacheBytes int64
+	// BatchEntries bounds the operations one commit carries.
+	BatchEntries int
+	// CommitTimeout bounds one batch commit, retries included.
+	CommitTimeout time.Duration
+}
+
+// DefaultLimits are the limits a server uses unless told otherwise.
+var DefaultLimits = Limits{CacheBytes: 512 << 20, BatchEntries: 256, CommitTimeout: 30 * time.Second}
+
+// maxWrittenKeys bounds the distinct keys one operation's transaction
+// writes: with its reply record and the headers of up to two tables it
+// stays within one commit's MPSC pages (btree.MaxTxnValues), whatever
+// the pages the keys fall on.
+const maxWrittenKeys = btree.MaxTxnValues - 3
+
+// Errors of the store.
+var (
+	// errRetry: the operation was not applied because the store lost its
+	// cached state (a commit failed, a table moved); asking again is safe.
+	errRetry = errors.New("meta: the table's owner lost its state; ask again")
+	// errNotOwner: the key's table is not served here.
+	errNotOwner = errors.New("meta: table not served here")
+)
+
+// missError asks Update or View to load unit d and run again.
+type missError struct{ d uint64 }
+
+func (e *missError) Error() string { return fmt.Sprintf("meta: directory %#x is not loaded", e.d) }
+
+// ForeignError is what an update that touched tables this server does not
+// own fails with (wrapping fs.ErrForeign): the operation must run where
+// all of them are (BORROW, Ursa Minor §3.5).
+type ForeignError struct {
+	FS uint64
+	D  []uint64 // directory ids of the keys served elsewhere
+}
+
+func (e *ForeignError) Error() string {
+	return fmt.Sprintf("meta: file system %d: keys of directories %#x are served elsewhere", e.FS, e.D)
+}
+
+func (e *ForeignError) Unwrap() error { return fs.ErrForeign }
+
+func newStore(f, node uint64, tree *btree.Tree, lim Limits, log *slog.Logger, m *storeMetrics) *store {
+	s := &store{
+		f: f, node: node, tree: tree, log: log.With("fs", f), lim: lim,
+		kv:      btreemap.New[string, *entry](32, strings.Compare),
+		units:   map[uint64]*unit{},
+		unitIdx: btreemap.New[uint64, *unit](16, cmp.Compare[uint64]),
+		loading: map[uint64]chan struct{}{},
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		m:       m,
+	}
+	s.changed = sync.NewCond(&s.mu)
+	s.wg.Add(1)
+	go s.commitLoop()
+	return s
+}
+
+// close stops the committer; pending operations fail.
+func (s *store) close() {
+	close(s.stop)
+	s.wg.Wait()
+}
+
+// keyClass is what a key is to this store.
+type keyClass int
+
+const (
+	classShared  keyClass = iota // the file system's shared records
+	classOwned                   // a key of a table served here
+	classForeign                 // a key of a table served elsewhere
+)
+
+// classify says what k is; for a table key, its directory id and (if
+// owned) table. Callers hold mu.
+func (s *store) classify(k []byte) (keyClass, uint64, *table, error) {
+	f, d, isTable, err := fs.KeyDir(k)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	if f != s.f {
+		return 0, 0, nil, fmt.Errorf("meta: key %x of file system %d in the store of %d", k, f, s.f)
+	}
+	if !isTable {
+		return classShared, 0, nil, nil
+	}
+	if t := s.tableOf(d); t != nil && t.serving {
+		return classOwned, d, t, nil
+	}
+	return classForeign, d, nil, nil
+}
+
+// tableOf returns the owned table holding directory id d. Callers hold mu.
+func (s *store) tableOf(d uint64) *table {
+	i := sort.Search(len(s.tables), func(i int) bool {
+		r := s.tables[i].r
+		return r.Hi == 0 || d < r.Hi
+	})
+	if i < len(s.tables) && s.tables[i].r.Contains(d) {
+		return s.tables[i]
+	}
+	return nil
+}
+
+// touch marks u used now. Callers hold mu (a read lock is enough: the tick
+// is advisory).
+func (s *store) touch(u *unit) {
+	s.useTick++
+	u.lastUse = s.useTick
+}
+
+// load reads unit d from the tree into the cache, once however many ask.
+func (s *store) load(ctx context.Context, d uint64) error {
+	s.loadMu.Lock()
+	if ch, ok := s.loading[d]; ok {
+		s.loadMu.Unlock()
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ch := make(chan struct{})
+	s.loading[d] = ch
+	s.loadMu.Unlock()
+	defer func() {
+		s.loadMu.Lock()
+		delete(s.loading, d)
+		s.loadMu.Unlock()
+		close(ch)
+	}()
+	var kvs []btree.KV
+	for _, r := range fs.DirRanges(s.f, d) {
+		err := s.tree.Scan(ctx, r[0], r[1], func(k, v []byte) error {
+			kvs = append(kvs, btree.KV{Key: bytes.Clone(k), Value: bytes.Clone(v)})
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("meta: load directory %#x of file system %d: %w", d, s.f, err)
+		}
+	}
+	s.m.loads.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.units[d]; ok {
+		return nil
+	}
+	if t := s.tableOf(d); t == nil || !t.serving {
+		return nil // dropped meanwhile
+	}
+	// A unit is loaded only while it has no pending writes (they need the
+	// unit loaded), and nothing writes its keys but this store: what the
+	// scan read is the truth.
+	u := &unit{d: d}
+	for _, kv := range kvs {
+		s.kv.ReplaceOrInsert(string(kv.Key), &entry{val: kv.Value, u: u})
+		u.bytes += entryBytes(kv.Key, kv.Value)
+		u.keys++
+	}
+	s.units[d] = u
+	s.unitIdx.ReplaceOrInsert(d, u)
+	s.bytes += u.bytes
+	s.touch(u)
+	s.evictLocked()
+	return nil
+}
+
+func entryBytes(k, v []byte) int64 { return int64(len(k) + len(v) + 64) }
+
+// evictLocked forgets least recently used clean units while the cache is
+// over its bound. Callers hold mu for writing.
+func (s *store) evictLocked() {
+	if s.bytes <= s.lim.CacheBytes {
+		return
+	}
+	us := make([]*unit, 0, len(s.units))
+	for _, u := range s.units {
+		if u.dirty == 0 {
+			us = append(us, u)
+		}
+	}
+	slices.SortFunc(us, func(a, b *unit) int { return int(a.lastUse - b.lastUse) })
+	for _, u := range us {
+		if s.bytes <= s.lim.CacheBytes*9/10 {
+			break
+		}
+		s.dropUnitLocked(u)
+		s.m.evictions.Add(1)
+	}
+}
+
+// dropUnitLocked forgets unit u (it must be clean).
+func (s *store) dropUnitLocked(u *unit) {
+	for _, r := range fs.DirRanges(s.f, u.d) {
+		var ks []string
+		s.kv.AscendFunc(btreemap.GE(string(r[0])), btreemap.LT(string(r[1])), func(k string, _ *entry) bool {
+			ks = append(ks, k)
+			return true
+		})
+		for _, k := range ks {
+			s.kv.Delete(k)
+		}
+	}
+	delete(s.units, u.d)
+	s.unitIdx.Delete(u.d)
+	s.bytes -= u.bytes
+}
+
+// View implements fs.MetaStore: fn reads owned keys from the cache (all
+// under one read lock, so consistently), other keys from the tree. If fn
+// saw writes not yet durable, View returns once they are, so nothing it
+// answers can be lost.
+func (s *store) View(ctx context.Context, fn func(fs.MetaTxn) error) error {
+	for {
+		s.mu.RLock()
+		tx := &txn{s: s, ctx: ctx}
+		ferr := fn(tx)
+		s.mu.RUnlock()
+		if err := s.retryAfter(ctx, tx.err); err != nil {
+			return err
+		} else if tx.err != nil {
+			continue
+		}
+		if ferr != nil {
+			return ferr
+		}
+		return tx.waitSeen(ctx)
+	}
+}
+
+// retryAfter handles a transaction's sticky error: a miss is loaded (nil:
+// run again), anything else is returned.
+func (s *store) retryAfter(ctx context.Context, err error) error {
+	var miss *missError
+	if errors.As(err, &miss) {
+		return s.load(ctx, miss.d)
+	}
+	return err
+}
+
+// Update implements fs.MetaStore: fn runs against the cache under the
+// store's lock (so operations on this server's tables are serialized), its
+// writes are applied to the cache at once and Update returns when they are
+// durable (the group commit, commit.go). A write to a table served
+// elsewhere fails with a *ForeignError.
+func (s *store) Update(ctx context.Context, fn func(fs.MetaTxn) error) error {
+	for {
+		if err := s.waitWritable(ctx); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		tx := &txn{s: s, ctx: ctx, write: true}
+		ferr := fn(tx)
+		if tx.err != nil {
+			s.mu.Unlock()
+			if err := s.retryAfter(ctx, tx.err); err != nil {
+				return err
+			}
+			continue
+		}
+		if ferr != nil {
+			s.mu.Unlock()
+			if errors.Is(ferr, errWait) {
+				continue
+			}
+			return ferr
+		}
+		if len(tx.order) == 0 {
+			s.mu.Unlock()
+			return tx.waitSeen(ctx)
+		}
+		if err := s.addReply(ctx, tx); err != nil {
+			s.mu.Unlock()
+			if err := s.retryAfter(ctx, err); err != nil {
+				return err
+			}
+			continue
+		}
+		p := s.applyLocked(tx)
+		s.mu.Unlock()
+		return p.wait(ctx)
+	}
+}
+
+// errWait makes Update wait for the store's tables to be writable (not
+// frozen, one write epoch) and run again.
+var errWait = errors.New("meta: tables not writable yet")
+
+// waitWritable blocks while a table is frozen or the tables disagree on
+// the write epoch (a snapshot is being taken).
+func (s *store) waitWritable(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if _, ok := s.writeEpochLocked(); ok {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("meta: waiting for a snapshot to finish: %w", err)
+		}
+		waitCond(ctx, s.changed, 50*time.Millisecond)
+	}
+}
+
+// writeEpochLocked returns the write epoch every owned table is at, and
+// false while one is frozen or they disagree.
+func (s *store) writeEpochLocked() (uint64, bool) {
+	var w uint64
+	for _, t := range s.tables {
+		if t.hdr.Frozen != 0 || (w != 0 && t.hdr.W != w) {
+			return 0, false
+		}
+		w = t.hdr.W
+	}
+	return w, true
+}
+
+// waitCond waits on c (its lock held) until signalled or d passes.
+func waitCond(ctx context.Context, c *sync.Cond, d time.Duration) {
+	t := time.AfterFunc(d, c.Broadcast)
+	defer t.Stop()
+	stop := context.AfterFunc(ctx, c.Broadcast)
+	defer stop()
+	c.Wait()
+}
+
+// Scan implements fs.MetaStore: the owned units in [from, to) that are
+// loaded come from the cache, everything else from the tree; like the
+// tree's own scan, it is not atomic.
+func (s *store) Scan(ctx context.Context, from, to []byte, fn func(k, v []byte) error) error {
+	cur := bytes.Clone(from)
+	for to == nil || bytes.Compare(cur, to) < 0 {
+		// The next loaded unit at or after cur, if it starts before to.
+		s.mu.RLock()
+		lo, hi, u := s.nextLoadedLocked(cur, to)
+		s.mu.RUnlock()
+		end := to
+		if u != nil {
+			end = lo
+		}
+		if end == nil || bytes.Compare(cur, end) < 0 {
+			if err := s.tree.Scan(ctx, cur, end, fn); err != nil {
+				return err
+			}
+		}
+		if u == nil {
+			return nil
+		}
+		// The unit's keys from the cache, those not yet durable included
+		// (they wait for durability below).
+		var kvs []btree.KV
+		var seen *pending
+		s.mu.RLock()
+		start := cur
+		if bytes.Compare(lo, cur) > 0 {
+			start = lo
+		}
+		stop := hi
+		if to != nil && bytes.Compare(to, hi) < 0 {
+			stop = to
+		}
+		s.kv.AscendFunc(btreemap.GE(string(start)), btreemap.LT(string(stop)), func(k string, e *entry) bool {
+			if e.pending != nil && (seen == nil || e.pending.seq > seen.seq) {
+				seen = e.pending
+			}
+			if !e.deleted {
+				kvs = append(kvs, btree.KV{Key: []byte(k), Value: e.val})
+			}
+			return true
+		})
+		s.touch(u)
+		s.mu.RUnlock()
+		if seen != nil {
+			if err := seen.wait(ctx); err != nil {
+				return err
+			}
+		}
+		for _, kv := range kvs {
+			if err := fn(kv.Key, kv.Value); err != nil {
+				return err
+			}
+		}
+		cur = hi
+	}
+	return nil
+}
+
+// nextLoadedLocked finds the first loaded unit range [lo, hi) that ends
+// after cur and starts before to (nil: none): objects' ranges first, then
+// orphans', each in directory id order.
+func (s *store) nextLoadedLocked(cur, to []byte) (lo, hi []byte, u *unit) {
+	first := fs.DirRanges(s.f, 0)
+	last := fs.DirRanges(s.f, ^uint64(0))
+	for space := range 2 {
+		start, end := first[space][0], last[space][1]
+		if bytes.Compare(cur, end) >= 0 {
+			continue
+		}
+		if to != nil && bytes.Compare(start, to) >= 0 {
+			return nil, nil, nil
+		}
+		var d0 uint64
+		if bytes.Compare(cur, start) > 0 {
+			_, d, ok, err := fs.KeyDir(cur)
+			if err == nil && ok {
+				d0 = d
+			}
+		}
+		var found *unit
+		s.unitIdx.AscendFunc(btreemap.GE(d0), btreemap.Max[uint64](), func(d uint64, un *unit) bool {
+			r := fs.DirRanges(s.f, d)[space]
+			if bytes.Compare(r[1], cur) <= 0 {
+				return true // ends before cur: the next one
+			}
+			if to == nil || bytes.Compare(r[0], to) < 0 {
+				found, lo, hi = un, r[0], r[1]
+			}
+			return false
+		})
+		if found != nil {
+			return lo, hi, found
+		}
+	}
+	return nil, nil, nil
+}

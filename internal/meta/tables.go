@@ -1,0 +1,210 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/btree"
+	"github.com/arbor-storage/arbor/internal/fs"
+)
+
+// Owning tables (doc.go, Tables): acquiring one writes the owner's
+// delegation epoch into its header; dropping one stops serving it.
+
+// errStaleAssignment: the table's header is at a newer epoch than the
+// assignment the server acted on.
+var errStaleAssignment = errors.New("meta: the table's header is newer than this assignment")
+
+// assignment is a table the delegation map gives this server.
+type assignment struct {
+	id    uint64
+	r     fs.DRange
+	epoch uint64
+}
+
+// acquire takes table a: its header gets this owner's epoch (fencing any
+// transaction of the previous owner still in flight) and, unless a
+// snapshot is freezing it, a write epoch no older than the superblock's.
+// Then the table is served.
+func (s *store) acquire(ctx context.Context, a assignment) error {
+	sbEpoch, err := superblockEpoch(ctx, s.tree, s.f)
+	if err != nil {
+		return err
+	}
+	var h *tableHeader
+	err = s.tree.Update(ctx, func(tx *btree.Txn) error {
+		v, ok, err := tx.Get(headerKey(s.f, a.r.Lo))
+		if err != nil {
+			return err
+		}
+		h = &tableHeader{W: sbEpoch}
+		if ok {
+			if h, err = decodeHeader(v); err != nil {
+				return err
+			}
+			if h.Epoch > a.epoch || (h.Epoch == a.epoch && h.Table == a.id && h.Owner != s.node) {
+				return fmt.Errorf("%w: table %d header at epoch %d (owner %d), assignment at %d", errStaleAssignment, a.id, h.Epoch, h.Owner, a.epoch)
+			}
+		}
+		h.Table, h.Epoch, h.Owner, h.Lo, h.Hi = a.id, a.epoch, s.node, a.r.Lo, a.r.Hi
+		if h.Frozen == 0 {
+			// A table that was not served when a snapshot was taken (new,
+			// or between owners) writes past it from now on.
+			h.W = max(h.W, sbEpoch)
+		}
+		return tx.Put(headerKey(s.f, a.r.Lo), h.encode())
+	})
+	if err != nil {
+		return fmt.Errorf("meta: acquire table %d of file system %d at epoch %d: %w", a.id, s.f, a.epoch, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.tables {
+		if t.id != a.id && rangesOverlap(t.r, a.r) {
+			return fmt.Errorf("meta: table %d %v overlaps table %d %v served here", a.id, a.r, t.id, t.r)
+		}
+	}
+	s.tables = slices.DeleteFunc(s.tables, func(t *table) bool { return t.id == a.id })
+	t := &table{id: a.id, r: a.r, epoch: a.epoch, hdr: *h, serving: true}
+	if h.Frozen != 0 {
+		t.frozenSince = time.Now()
+	}
+	s.tables = append(s.tables, t)
+	slices.SortFunc(s.tables, func(x, y *table) int {
+		if x.r.Lo < y.r.Lo {
+			return -1
+		}
+		return 1
+	})
+	s.changed.Broadcast()
+	s.log.Info("serving table", "table", a.id, "range", a.r, "epoch", a.epoch, "w", h.W, "frozen", h.Frozen)
+	return nil
+}
+
+func rangesOverlap(a, b fs.DRange) bool {
+	return (b.Hi == 0 || a.Lo < b.Hi) && (a.Hi == 0 || b.Lo < a.Hi)
+}
+
+// superblockEpoch reads the superblock's write epoch.
+func superblockEpoch(ctx context.Context, tree *btree.Tree, f uint64) (uint64, error) {
+	w, _, err := fs.ReadEpoch(ctx, fs.BTreeMeta{Tree: tree}, f)
+	return w, err
+}
+
+// drop stops serving table id: new requests are refused at once; once the
+// pending writes that touch it are durable (or aborted), its units are
+// forgotten.
+func (s *store) drop(ctx context.Context, id uint64) {
+	s.mu.Lock()
+	var t *table
+	for _, x := range s.tables {
+		if x.id == id {
+			t = x
+		}
+	}
+	if t == nil {
+		s.mu.Unlock()
+		return
+	}
+	t.serving = false
+	var last *pending
+	for _, p := range s.queue {
+		if slices.Contains(p.tables, t) {
+			last = p
+		}
+	}
+	s.mu.Unlock()
+	if last != nil {
+		_ = last.wait(ctx)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tables = slices.DeleteFunc(s.tables, func(x *table) bool { return x == t })
+	for _, u := range s.units {
+		if t.r.Contains(u.d) && u.dirty == 0 {
+			s.dropUnitLocked(u)
+		}
+	}
+	s.changed.Broadcast()
+	s.log.Info("dropped table", "table", id, "range", t.r, "epoch", t.epoch)
+}
+
+// fenced handles a commit that found a table's header changed: another
+// owner took it (drop it), or a snapshot froze it (wait for the thaw), or
+// a snapshot thawed it at a new write epoch (write at that).
+func (s *store) fenced(e *errFenced) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := e.t
+	switch {
+	case e.hdr == nil || e.hdr.Epoch != t.epoch || e.hdr.Owner != s.node:
+		t.serving = false
+		s.tables = slices.DeleteFunc(s.tables, func(x *table) bool { return x == t })
+		s.log.Warn("lost table to a newer owner", "table", t.id, "epoch", t.epoch, "header", e.hdr)
+	default:
+		if e.hdr.Frozen != 0 && t.hdr.Frozen == 0 {
+			t.frozenSince = time.Now()
+		}
+		t.hdr = *e.hdr
+	}
+	s.changed.Broadcast()
+}
+
+// refreshFrozen reads the headers of frozen tables again (the server
+// polls while a table is frozen): a thawed table takes its new write epoch.
+func (s *store) refreshFrozen(ctx context.Context) { s.refreshHeaders(ctx, true) }
+
+// refreshHeaders reads the headers of the owned tables (only the frozen
+// ones if frozenOnly) and takes what changed: a freeze, a thaw at a new
+// write epoch, a newer owner. A snapshot's coordinator has owners do it
+// after a freeze and after a thaw, so they do not learn it from a failed
+// commit.
+func (s *store) refreshHeaders(ctx context.Context, frozenOnly bool) {
+	s.mu.RLock()
+	var ts []*table
+	for _, t := range s.tables {
+		if !frozenOnly || t.hdr.Frozen != 0 {
+			ts = append(ts, t)
+		}
+	}
+	s.mu.RUnlock()
+	for _, t := range ts {
+		v, ok, err := s.tree.Get(ctx, headerKey(s.f, t.r.Lo))
+		if err != nil {
+			continue
+		}
+		var h *tableHeader
+		if ok {
+			if h, err = decodeHeader(v); err != nil {
+				s.log.Warn("reading a table's header", "table", t.id, "err", err)
+				continue
+			}
+		}
+		s.fenced(&errFenced{t: t, hdr: h})
+	}
+}
+
+// owned returns the tables served here (copies).
+func (s *store) owned() []table {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]table, 0, len(s.tables))
+	for _, t := range s.tables {
+		out = append(out, *t)
+	}
+	return out
+}
+
+// serves reports whether directory id d's table is served here, and
+// which.
+func (s *store) serves(d uint64) (table, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if t := s.tableOf(d); t != nil && t.serving {
+		return *t, true
+	}
+	return table{}, false
+}
