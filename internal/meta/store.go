@@ -37,7 +37,7 @@ type store struct {
 	kv      *btreemap.BTreeMap[string, *entry]
 	units   map[uint64]*unit // loaded units by directory id
 	unitIdx *btreemap.BTreeMap[uint64, *unit]
-	bytes   int64            // cached bytes
+	bytes   int64 // cached bytes
 	useTick uint64
 
 	loadMu  sync.Mutex

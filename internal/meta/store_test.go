@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"syscall"
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
