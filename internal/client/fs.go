@@ -345,9 +345,9 @@ func (f *FS) Open(ctx context.Context, h fs.Handle) (fs.Attr, error) {
 	return a, nil
 }
 
-// Release closes one open handle of h: it flushes what is buffered and
-// tells the metadata service (which reclaims a file that lost its last
-// name once nobody holds it).
+// Release closes one open handle of h: it flushes what is buffered and, at
+// the client's last close of h, tells the metadata service (which reclaims
+// a file that lost its last name once nobody holds it).
 func (f *FS) Release(ctx context.Context, h fs.Handle) error {
 	st := f.pin(h, false)
 	if st == nil {
@@ -356,12 +356,12 @@ func (f *FS) Release(ctx context.Context, h fs.Handle) error {
 	defer f.unpin(st)
 	err := f.Flush(ctx, h)
 	f.filesMu.Lock()
-	opened := st.opens > 0
-	if opened {
+	last := st.opens == 1
+	if st.opens > 0 {
 		st.opens--
 	}
 	f.filesMu.Unlock()
-	if opened {
+	if last {
 		err = errors.Join(err, f.md.Release(ctx, h))
 	}
 	return err

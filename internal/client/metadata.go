@@ -16,8 +16,10 @@ import (
 // Contract, beyond the fs.FS method of the same name:
 //   - Create with open also opens the new file for the client's session,
 //     as Open does.
-//   - Open and Release count open handles per session: a regular file
-//     whose last name goes while open is kept until the last Release.
+//   - Open says the client's session holds a file open (again: harmless),
+//     Release that it no longer does (the client calls it at its last
+//     close): a regular file whose last name goes while open is kept until
+//     no session holds it.
 //   - Mutating calls are applied at most once even when the client retries
 //     them after a failure (the metadata servers record replies).
 type Metadata interface {

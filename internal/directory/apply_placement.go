@@ -276,6 +276,9 @@ func (a *applier) setDelegation(req *pb.SetDelegationRequest) *pb.CommandResult 
 		if req.FileSystem != old.FileSystem {
 			return failf(pb.ErrorCode_INVALID_ARGUMENT, "table %d belongs to file system %d, not %d", req.TableId, old.FileSystem, req.FileSystem)
 		}
+		if req.RequireExpired && old.OwnerNode != 0 && old.OwnerNode != req.OwnerNode && a.now < old.LeaseExpiryUnixMs {
+			return withPayload(failf(pb.ErrorCode_CONFLICT, "table %d is leased to node %d until %d", req.TableId, old.OwnerNode, old.LeaseExpiryUnixMs), old)
+		}
 		d.Epoch = old.Epoch + 1
 	}
 	for _, id := range sortedKeys(a.st.delegations) {

@@ -29,8 +29,6 @@ type SetAttrIn struct {
 	Atime, Mtime, Ctime time.Time
 }
 
-func timeOf(ns int64) time.Time { return time.Unix(0, ns) }
-
 // SetAttr changes h's attributes. A size change truncates or extends the
 // file (EISDIR for a directory, EINVAL for other non-regular objects,
 // EFBIG past the size bound); every change sets the change time.

@@ -61,37 +61,36 @@ var ErrRaced = errors.New("fs: block changed by another writer")
 // inode, well inside a transaction's values).
 const MaxBlocksPerCommit = blocksPerTxn
 
-// openFiles counts the handles sessions hold open, for the objects of this
-// file system. The count lives in the memory of whoever runs the file
-// system (a metadata server); a file open when its last name goes is kept
-// as an orphan naming the session, which reclaims it at its last close.
+// openFiles records which sessions hold which objects open. It lives in
+// the memory of whoever runs the file system (a metadata server), which
+// learns of a session's opens from the session itself: a session says it
+// holds a file open (Open, again after a failover) and that it no longer
+// does (Release, at its last close). A file open when its last name goes
+// is kept as an orphan naming a session that holds it, and reclaimed when
+// nobody does any more.
 type openFiles struct {
 	mu       sync.Mutex
-	opens    map[Handle]map[uint64]int // handle -> session -> open handles
-	unlinked map[Handle]bool           // orphaned while open: reclaim at the last close
+	opens    map[Handle]map[uint64]bool // handle -> sessions holding it open
+	unlinked map[Handle]bool            // orphaned while open: reclaim at the last close
 }
 
 func (o *openFiles) add(h Handle, session uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.opens == nil {
-		o.opens = map[Handle]map[uint64]int{}
+		o.opens = map[Handle]map[uint64]bool{}
 	}
 	if o.opens[h] == nil {
-		o.opens[h] = map[uint64]int{}
+		o.opens[h] = map[uint64]bool{}
 	}
-	o.opens[h][session]++
+	o.opens[h][session] = true
 }
 
-// remove drops one open of h by session and reports whether h was
-// orphaned while open and nobody holds it any more.
+// remove records that session no longer holds h open and reports whether
+// h was orphaned while open and nobody holds it any more.
 func (o *openFiles) remove(h Handle, session uint64) (reclaim bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if n := o.opens[h][session]; n > 1 {
-		o.opens[h][session] = n - 1
-		return false
-	}
 	delete(o.opens[h], session)
 	if len(o.opens[h]) > 0 {
 		return false
@@ -108,7 +107,7 @@ func (o *openFiles) remove(h Handle, session uint64) (reclaim bool) {
 func (o *openFiles) holder(h Handle, session uint64) (uint64, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.opens[h][session] > 0 {
+	if o.opens[h][session] {
 		return session, true
 	}
 	for s := range o.opens[h] {
@@ -137,9 +136,10 @@ func (o *openFiles) markUnlinked(h Handle) bool {
 	return true
 }
 
-// Open opens h for the calling session (WithSession) and returns its
-// attributes. An open handle keeps a regular file alive after its last
-// name is removed, until the session's Release.
+// Open records that the calling session (WithSession) holds h open and
+// returns its attributes. An open file stays alive after its last name is
+// removed, until the session's Release. Opening again is harmless (a
+// session that finds a new metadata server re-registers its opens).
 func (f *FS) Open(ctx context.Context, h Handle) (Attr, error) {
 	a, err := f.GetAttr(ctx, h)
 	if err != nil {
@@ -155,16 +155,37 @@ func (f *FS) Open(ctx context.Context, h Handle) (Attr, error) {
 // (Create returned its attributes already).
 func (f *FS) OpenNew(ctx context.Context, h Handle) { f.opens.add(h, SessionOf(ctx)) }
 
-// Release closes one open handle of h for the calling session; if h lost
-// its last name while open and this was the last handle, it is reclaimed.
+// Release records that the calling session no longer holds h open (its
+// last handle closed). If h lost its last name while open and nobody holds
+// it now, it is reclaimed; so is an orphan whose record names the session
+// and which nobody here is known to hold (the session opened it through
+// another server, before a failover).
 func (f *FS) Release(ctx context.Context, h Handle) error {
-	if !f.opens.remove(h, SessionOf(ctx)) {
-		return nil
+	session := SessionOf(ctx)
+	if !f.opens.remove(h, session) {
+		if f.opens.isOpen(h) || !f.orphanOf(ctx, h, session) {
+			return nil
+		}
 	}
 	if err := f.reclaim(ctx, h); err != nil {
 		f.log.Warn("reclaiming an unlinked file at its last close; left to the background", "handle", h, "err", err)
 	}
 	return nil
+}
+
+// orphanOf reports whether h is an orphan whose record names session.
+func (f *FS) orphanOf(ctx context.Context, h Handle, session uint64) bool {
+	var mine bool
+	err := f.meta.View(ctx, func(tx MetaTxn) error {
+		v, ok, err := tx.Get(f.keys.orphan(h))
+		if err != nil || !ok {
+			return err
+		}
+		rec, err := decodeOrphanRecord(v)
+		mine = err == nil && rec.Mount == session
+		return err
+	})
+	return err == nil && mine
 }
 
 // FileBlocks returns regular file h's state and the block map pairs at the

@@ -150,6 +150,27 @@ func TableRecordKey(f, lo uint64, elems ...uint64) []byte {
 	return b
 }
 
+// InodePrefix reports whether key is a version of an inode key
+// (F, 1, D, C, 2, -S), and returns the key without its version.
+func InodePrefix(key []byte) ([]byte, bool) {
+	prefix, _, err := splitVersion(key)
+	if err != nil {
+		return nil, false
+	}
+	rest := prefix
+	var x any
+	for i := range 5 {
+		if x, rest, err = tuple.Next(rest); err != nil {
+			return nil, false
+		}
+		if i == 4 {
+			k, ok := asUint(x)
+			return prefix, ok && k == kindInode && len(rest) == 0
+		}
+	}
+	return nil, false
+}
+
 // isTableRecord reports whether a key under (F, 1) is a table record
 // (TableRecordKey): its fourth element is negative.
 func isTableRecord(key []byte) bool {

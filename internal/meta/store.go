@@ -85,6 +85,9 @@ type table struct {
 	serving bool
 	// frozenSince is when the server found it frozen.
 	frozenSince time.Time
+	// leaseUntil is when the server stops serving the table unless its
+	// lease is renewed (the lease's holder deadline).
+	leaseUntil time.Time
 }
 
 // Limits bound what a store keeps and does.
@@ -181,10 +184,26 @@ func (s *store) classify(k []byte) (keyClass, uint64, *table, error) {
 	if !isTable {
 		return classShared, 0, nil, nil
 	}
-	if t := s.tableOf(d); t != nil && t.serving {
+	if t := s.tableOf(d); t != nil && t.live() {
 		return classOwned, d, t, nil
 	}
 	return classForeign, d, nil, nil
+}
+
+// live reports whether the table is served now: not being dropped, and
+// under a lease.
+func (t *table) live() bool { return t.serving && time.Now().Before(t.leaseUntil) }
+
+// setLease records that table id, acquired at epoch, is leased until
+// deadline.
+func (s *store) setLease(id, epoch uint64, deadline time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.tables {
+		if t.id == id && t.epoch == epoch {
+			t.leaseUntil = deadline
+		}
+	}
 }
 
 // tableOf returns the owned table holding directory id d. Callers hold mu.

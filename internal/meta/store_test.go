@@ -75,6 +75,7 @@ func newStoreEnv(t testing.TB, tractSize int) *storeEnv {
 	if err := e.st.acquire(ctx, assignment{id: 1, r: fs.AllD, epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
+	e.st.setLease(1, 1, time.Now().Add(time.Hour))
 	e.engine = e.open(0)
 	var err error
 	if e.direct, err = fs.Open(ctx, fs.Config{Meta: fs.BTreeMeta{Tree: e.tree}, Data: e.data, Number: testFS}); err != nil {
@@ -198,6 +199,7 @@ func TestStoreGroupCommitAndAbort(t *testing.T) {
 	if err := e.st.acquire(ctx, assignment{id: 1, r: fs.AllD, epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
+	e.st.setLease(1, 1, time.Now().Add(time.Hour))
 	e.engine = e.open(0)
 	const workers, files = 16, 40
 	dirs := make([]fs.Handle, workers)

@@ -1,11 +1,14 @@
 package meta
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/RaduBerinde/btreemap"
 
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/fs"
@@ -203,8 +206,35 @@ func (s *store) owned() []table {
 func (s *store) serves(d uint64) (table, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if t := s.tableOf(d); t != nil && t.serving {
+	if t := s.tableOf(d); t != nil && t.live() {
 		return *t, true
 	}
 	return table{}, false
+}
+
+// cachedCounts returns, for the units of range r that are loaded, the
+// inodes (newest versions of inode keys), keys and bytes cached.
+func (s *store) cachedCounts(r fs.DRange) (inodes, keys, size uint64) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for d, u := range s.units {
+		if !r.Contains(d) {
+			continue
+		}
+		keys += uint64(u.keys)
+		size += uint64(u.bytes)
+		objects := fs.DirRanges(s.f, d)[0]
+		var last []byte
+		s.kv.AscendFunc(btreemap.GE(string(objects[0])), btreemap.LT(string(objects[1])), func(k string, e *entry) bool {
+			if e.deleted {
+				return true
+			}
+			if p, ok := fs.InodePrefix([]byte(k)); ok && !bytes.Equal(p, last) {
+				inodes++
+				last = p
+			}
+			return true
+		})
+	}
+	return inodes, keys, size
 }

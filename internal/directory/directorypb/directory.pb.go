@@ -2080,8 +2080,13 @@ type SetDelegationRequest struct {
 	OwnerNode       uint64                 `protobuf:"varint,5,opt,name=owner_node,json=ownerNode,proto3" json:"owner_node,omitempty"`
 	LeaseDurationMs int64                  `protobuf:"varint,6,opt,name=lease_duration_ms,json=leaseDurationMs,proto3" json:"lease_duration_ms,omitempty"`
 	ExpectedEpoch   uint64                 `protobuf:"varint,7,opt,name=expected_epoch,json=expectedEpoch,proto3" json:"expected_epoch,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Refuse (CONFLICT) to give an existing table to another owner before
+	// its current owner's lease has expired on the directory's clock: the
+	// delegation coordinator's failover, which must not let a new owner
+	// serve while the old one may still answer reads.
+	RequireExpired bool `protobuf:"varint,8,opt,name=require_expired,json=requireExpired,proto3" json:"require_expired,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SetDelegationRequest) Reset() {
@@ -2161,6 +2166,13 @@ func (x *SetDelegationRequest) GetExpectedEpoch() uint64 {
 		return x.ExpectedEpoch
 	}
 	return 0
+}
+
+func (x *SetDelegationRequest) GetRequireExpired() bool {
+	if x != nil {
+		return x.RequireExpired
+	}
+	return false
 }
 
 // RenewDelegationRequest extends the owner's lease without changing the epoch.
@@ -4965,7 +4977,7 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x1bChangeExtentReplicasRequest\x12\x1b\n" +
 	"\textent_id\x18\x01 \x01(\x04R\bextentId\x12%\n" +
 	"\x0eexpected_epoch\x18\x02 \x01(\x04R\rexpectedEpoch\x12\x1a\n" +
-	"\breplicas\x18\x03 \x03(\x04R\breplicas\"\xfa\x01\n" +
+	"\breplicas\x18\x03 \x03(\x04R\breplicas\"\xa3\x02\n" +
 	"\x14SetDelegationRequest\x12\x19\n" +
 	"\btable_id\x18\x01 \x01(\x04R\atableId\x12\x1f\n" +
 	"\vfile_system\x18\x02 \x01(\x04R\n" +
@@ -4975,7 +4987,8 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\n" +
 	"owner_node\x18\x05 \x01(\x04R\townerNode\x12*\n" +
 	"\x11lease_duration_ms\x18\x06 \x01(\x03R\x0fleaseDurationMs\x12%\n" +
-	"\x0eexpected_epoch\x18\a \x01(\x04R\rexpectedEpoch\"\x94\x01\n" +
+	"\x0eexpected_epoch\x18\a \x01(\x04R\rexpectedEpoch\x12'\n" +
+	"\x0frequire_expired\x18\b \x01(\bR\x0erequireExpired\"\x94\x01\n" +
 	"\x16RenewDelegationRequest\x12\x19\n" +
 	"\btable_id\x18\x01 \x01(\x04R\atableId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +

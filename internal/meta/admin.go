@@ -1,0 +1,345 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/directory"
+	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/fs"
+	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
+)
+
+// Administration of file systems, snapshots and tables. Any metadata
+// server takes these requests; it acts through the directory, the tree
+// and the owners of the tables concerned.
+
+// freezeTimeout is how long a table stays frozen before its owner
+// finishes the snapshot itself (its coordinator died half way).
+const freezeTimeout = 10 * time.Second
+
+// tablesOf returns file system f's tables from the delegation map.
+func (s *Server) tablesOf(ctx context.Context, f uint64) ([]*dpb.Delegation, error) {
+	dm, err := s.cfg.Directory.GetDelegationMap(ctx, &dpb.GetDelegationMapRequest{FileSystem: f})
+	if err != nil {
+		return nil, fmt.Errorf("meta: read the delegation map: %w", err)
+	}
+	ds := dm.GetDelegations()
+	sort.Slice(ds, func(i, j int) bool { return string(ds[i].GetStartKey()) < string(ds[j].GetStartKey()) })
+	return ds, nil
+}
+
+// CreateFileSystem creates a file system (or finds it), formats its
+// metadata and gives its first table, every directory id, to this server.
+func (s *Server) CreateFileSystem(ctx context.Context, req *pb.CreateFileSystemRequest) (*pb.FileSystemResponse, error) {
+	rec, created, err := s.createFileSystem(ctx, req.GetName())
+	if err != nil {
+		return &pb.FileSystemResponse{Error: errorToPB(err)}, nil
+	}
+	return &pb.FileSystemResponse{Number: rec.GetNumber(), Name: rec.GetName(), Created: created}, nil
+}
+
+func (s *Server) createFileSystem(ctx context.Context, name string) (*dpb.FileSystem, bool, error) {
+	if name == "" {
+		return nil, false, invalidf("a file system needs a name")
+	}
+	created := true
+	rec, err := s.cfg.Directory.CreateFileSystem(ctx, &dpb.CreateFileSystemRequest{Name: name})
+	if directory.CodeOf(err) == dpb.ErrorCode_ALREADY_EXISTS {
+		created = false
+		rec, err = s.cfg.Directory.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Name: name})
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("create file system %q: %w", name, err)
+	}
+	f := rec.GetNumber()
+	if err := fs.Format(ctx, fs.BTreeMeta{Tree: s.cfg.Tree}, f, fs.DefaultLayout, time.Now()); err != nil {
+		return nil, false, fmt.Errorf("format file system %q (number %d): %w", name, f, err)
+	}
+	tabs, err := s.tablesOf(ctx, f)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(tabs) == 0 {
+		start, end := rangeToKeys(fs.AllD)
+		d, err := s.cfg.Directory.SetDelegation(ctx, &dpb.SetDelegationRequest{FileSystem: f, StartKey: start, EndKey: end,
+			OwnerNode: s.cfg.Node, LeaseDurationMs: s.cfg.LeaseDuration.Milliseconds()})
+		if err != nil {
+			return nil, false, fmt.Errorf("delegate file system %q's first table: %w", name, err)
+		}
+		if err := s.acquire(ctx, d); err != nil {
+			s.log.Warn("serving a new file system's first table; the delegation map will bring it", "fs", f, "err", err)
+		}
+	}
+	return rec, created, nil
+}
+
+// DeleteFileSystem deletes a file system: its tables leave the delegation
+// map (their owners stop serving them within a lease), then every key and
+// blob of it goes, then its directory record.
+func (s *Server) DeleteFileSystem(ctx context.Context, req *pb.DeleteFileSystemRequest) (*pb.DeleteFileSystemResponse, error) {
+	rec, err := s.cfg.Directory.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Name: req.GetName()})
+	if err != nil {
+		return &pb.DeleteFileSystemResponse{Error: errorToPB(fmt.Errorf("file system %q: %w", req.GetName(), err))}, nil
+	}
+	f := rec.GetNumber()
+	tabs, err := s.tablesOf(ctx, f)
+	if err != nil {
+		return &pb.DeleteFileSystemResponse{Error: errorToPB(err)}, nil
+	}
+	for _, d := range tabs {
+		if _, err := s.cfg.Directory.DeleteDelegation(ctx, &dpb.DeleteDelegationRequest{TableId: d.GetTableId(), ExpectedEpoch: d.GetEpoch()}); err != nil && !directory.IsNotFound(err) {
+			return &pb.DeleteFileSystemResponse{Error: errorToPB(fmt.Errorf("remove table %d: %w", d.GetTableId(), err))}, nil
+		}
+	}
+	if len(tabs) > 0 {
+		// No owner serves past its lease: after one, nothing writes.
+		if err := sleepCtx(ctx, s.cfg.LeaseDuration); err != nil {
+			return &pb.DeleteFileSystemResponse{Error: errorToPB(err)}, nil
+		}
+	}
+	s.mu.Lock()
+	if st := s.fss[f]; st != nil {
+		delete(s.fss, f)
+		st.st.close()
+	}
+	s.mu.Unlock()
+	stats, err := fs.Destroy(ctx, fs.BTreeMeta{Tree: s.cfg.Tree}, s.cfg.Data, f)
+	if err != nil {
+		return &pb.DeleteFileSystemResponse{Error: errorToPB(err)}, nil
+	}
+	if _, err := s.cfg.Directory.DeleteFileSystem(ctx, &dpb.DeleteFileSystemRequest{Number: f}); err != nil && !directory.IsNotFound(err) {
+		return &pb.DeleteFileSystemResponse{Error: errorToPB(fmt.Errorf("delete the directory record of %q: %w", req.GetName(), err))}, nil
+	}
+	return &pb.DeleteFileSystemResponse{Number: f, Keys: uint64(stats.Keys), Blobs: uint64(stats.Blobs)}, nil
+}
+
+// CreateSnapshot takes a snapshot (snapshot.go): numbered by the
+// directory, then freeze, bump and thaw.
+func (s *Server) CreateSnapshot(ctx context.Context, req *pb.CreateSnapshotRequest) (*pb.CreateSnapshotResponse, error) {
+	n, err := s.createSnapshot(ctx, req.GetFs(), req.GetName())
+	return &pb.CreateSnapshotResponse{Error: errorToPB(err), Number: n}, nil
+}
+
+func (s *Server) createSnapshot(ctx context.Context, f uint64, name string) (uint64, error) {
+	if name == "" {
+		return 0, invalidf("a snapshot needs a name")
+	}
+	st, err := s.fsOf(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	sn, err := s.cfg.Directory.CreateSnapshot(ctx, &dpb.CreateSnapshotRequest{FileSystem: f, Name: name})
+	if err != nil {
+		return 0, fmt.Errorf("number the snapshot: %w", err)
+	}
+	if err := s.snapshotTables(ctx, st, sn.GetNumber(), name); err != nil {
+		return 0, err
+	}
+	return sn.GetNumber(), nil
+}
+
+// snapshotTables freezes f's tables for snapshot n, records it, thaws
+// them, and has their owners read their headers after each step.
+func (s *Server) snapshotTables(ctx context.Context, st *fsState, n uint64, name string) error {
+	tabs, err := s.tablesOf(ctx, st.f)
+	if err != nil {
+		return err
+	}
+	los := make([]uint64, len(tabs))
+	for i, d := range tabs {
+		r, err := rangeFromKeys(d.GetStartKey(), d.GetEndKey())
+		if err != nil {
+			return err
+		}
+		los[i] = r.Lo
+	}
+	for _, lo := range los {
+		if err := freezeTable(ctx, s.cfg.Tree, st.f, lo, n); err != nil {
+			return fmt.Errorf("freeze for snapshot %d: %w", n, err)
+		}
+	}
+	s.tellOwners(ctx, st.f, tabs, pb.TablesRequest_REFRESH)
+	err = takeSnapshot(ctx, s.cfg.Tree, st.direct, los, n, name)
+	s.tellOwners(ctx, st.f, tabs, pb.TablesRequest_REFRESH)
+	return err
+}
+
+// completeFrozen finishes the snapshot that froze a table served here
+// longer than freezeTimeout ago: whoever began it died half way. A frozen
+// table only ever thaws past its snapshot, so the snapshot is taken.
+func (s *Server) completeFrozen(ctx context.Context, st *fsState) {
+	for _, t := range st.st.owned() {
+		if t.hdr.Frozen == 0 || time.Since(t.frozenSince) < freezeTimeout {
+			continue
+		}
+		n := t.hdr.Frozen
+		name := fmt.Sprintf("snapshot-%d", n)
+		if rec, err := s.cfg.Directory.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Number: st.f}); err == nil {
+			for _, sn := range rec.GetSnapshots() {
+				if sn.GetNumber() == n {
+					name = sn.GetName()
+				}
+			}
+		}
+		s.log.Warn("finishing a snapshot whose coordinator stopped half way", "fs", st.f, "snapshot", n, "table", t.id)
+		if err := s.snapshotTables(ctx, st, n, name); err != nil {
+			s.log.Warn("finishing an interrupted snapshot", "fs", st.f, "snapshot", n, "err", err)
+		}
+		return
+	}
+}
+
+// tellOwners asks the owner of each table to act on its tables of f,
+// this server directly; owners that do not answer learn on their own
+// (a failed commit, the frozen-table poll). It returns the sum of what
+// they did.
+func (s *Server) tellOwners(ctx context.Context, f uint64, tabs []*dpb.Delegation, op pb.TablesRequest_Op) (*pb.TablesResponse, error) {
+	owners := map[uint64]bool{}
+	for _, d := range tabs {
+		if d.GetOwnerNode() != 0 {
+			owners[d.GetOwnerNode()] = true
+		}
+	}
+	sum := &pb.TablesResponse{}
+	var firstErr error
+	for o := range owners {
+		var resp *pb.TablesResponse
+		var err error
+		req := &pb.TablesRequest{Fs: f, Op: op}
+		if o == s.cfg.Node {
+			resp, err = s.Tables(ctx, req)
+		} else {
+			var c pb.MetaClient
+			if c, err = s.peers.client(ctx, o); err == nil {
+				resp, err = c.Tables(ctx, req)
+			}
+		}
+		if err == nil {
+			err = errorFromPB(resp.GetError())
+		}
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("node %d: %w", o, err)
+			}
+			continue
+		}
+		sum.Versions += resp.GetVersions()
+		sum.Tracts += resp.GetTracts()
+		sum.Blobs += resp.GetBlobs()
+	}
+	return sum, firstErr
+}
+
+// Tables acts on the tables of a file system served here.
+func (s *Server) Tables(ctx context.Context, req *pb.TablesRequest) (*pb.TablesResponse, error) {
+	s.mu.Lock()
+	st := s.fss[req.GetFs()]
+	s.mu.Unlock()
+	if st == nil {
+		return &pb.TablesResponse{}, nil
+	}
+	switch req.GetOp() {
+	case pb.TablesRequest_REFRESH:
+		st.st.refreshHeaders(ctx, false)
+		return &pb.TablesResponse{}, nil
+	case pb.TablesRequest_SWEEP:
+		if err := st.live.RefreshSnapshots(ctx); err != nil {
+			return &pb.TablesResponse{Error: errorToPB(err)}, nil
+		}
+		resp := &pb.TablesResponse{}
+		for _, t := range st.st.owned() {
+			stats, err := st.live.SweepRange(ctx, t.r)
+			if err != nil {
+				return &pb.TablesResponse{Error: errorToPB(fmt.Errorf("sweep table %d: %w", t.id, err))}, nil
+			}
+			resp.Versions += uint64(stats.Versions)
+			resp.Tracts += uint64(stats.Tracts)
+			resp.Blobs += uint64(stats.Blobs)
+		}
+		return resp, nil
+	}
+	return &pb.TablesResponse{Error: errorToPB(invalidf("unknown tables operation %v", req.GetOp()))}, nil
+}
+
+// DeleteSnapshot deletes a snapshot: marked deleting in the superblock,
+// swept by the owner of every table, then its records removed.
+func (s *Server) DeleteSnapshot(ctx context.Context, req *pb.DeleteSnapshotRequest) (*pb.DeleteSnapshotResponse, error) {
+	resp, err := s.deleteSnapshot(ctx, req.GetFs(), req.GetNumber())
+	if err != nil {
+		return &pb.DeleteSnapshotResponse{Error: errorToPB(err)}, nil
+	}
+	return resp, nil
+}
+
+func (s *Server) deleteSnapshot(ctx context.Context, f, n uint64) (*pb.DeleteSnapshotResponse, error) {
+	st, err := s.fsOf(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.direct.MarkSnapshotDeleting(ctx, n); err != nil {
+		return nil, err
+	}
+	tabs, err := s.tablesOf(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range tabs {
+		if d.GetOwnerNode() == 0 {
+			return nil, fmt.Errorf("table %d has no owner to sweep it now; try again", d.GetTableId())
+		}
+	}
+	sum, err := s.tellOwners(ctx, f, tabs, pb.TablesRequest_SWEEP)
+	if err != nil {
+		return nil, fmt.Errorf("sweep for snapshot %d: %w", n, err)
+	}
+	if err := st.direct.RemoveSnapshotRecord(ctx, n); err != nil {
+		return nil, err
+	}
+	if _, err := s.cfg.Directory.DeleteSnapshot(ctx, &dpb.DeleteSnapshotRequest{FileSystem: f, Snapshot: n}); err != nil && !directory.IsNotFound(err) {
+		return nil, fmt.Errorf("delete the directory record of snapshot %d: %w", n, err)
+	}
+	return &pb.DeleteSnapshotResponse{Versions: sum.GetVersions(), Tracts: sum.GetTracts(), Blobs: sum.GetBlobs()}, nil
+}
+
+// Check checks a file system (fsck) from the tree itself: what every
+// owner acknowledged is there.
+func (s *Server) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	st, err := s.fsOf(ctx, req.GetFs())
+	if err != nil {
+		return &pb.CheckResponse{Error: errorToPB(err)}, nil
+	}
+	rep, err := st.direct.Check(ctx, fs.CheckOptions{Data: req.GetData()})
+	if err != nil {
+		return &pb.CheckResponse{Error: errorToPB(err)}, nil
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return &pb.CheckResponse{Error: errorToPB(err)}, nil
+	}
+	return &pb.CheckResponse{ReportJson: b}, nil
+}
+
+// TableStats reports the tables served here.
+func (s *Server) TableStats(ctx context.Context, _ *pb.TableStatsRequest) (*pb.TableStatsResponse, error) {
+	s.mu.Lock()
+	sts := make([]*fsState, 0, len(s.fss))
+	for _, st := range s.fss {
+		sts = append(sts, st)
+	}
+	s.mu.Unlock()
+	resp := &pb.TableStatsResponse{}
+	for _, st := range sts {
+		for _, t := range st.st.owned() {
+			inodes, keys, bytes := st.st.cachedCounts(t.r)
+			ops, creates := st.stats.rates(t.id)
+			resp.Tables = append(resp.Tables, &pb.TableStats{Table: t.id, Fs: st.f, Lo: t.r.Lo, Hi: t.r.Hi, Owner: s.cfg.Node,
+				Epoch: t.epoch, Inodes: inodes, Keys: keys, CachedBytes: bytes, OpsPerSecond: ops, CreatesPerSecond: creates,
+				WriteEpoch: t.hdr.W, Frozen: t.hdr.Frozen})
+		}
+	}
+	return resp, nil
+}

@@ -1,0 +1,286 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/fs"
+	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
+)
+
+// Client reaches the metadata servers of a cluster (doc.go, Clients): it
+// finds each request's table in the delegation map, which it caches and
+// reads again when a server says NOT_OWNER or does not answer, and
+// retries until the request's context ends. A recorded request keeps its
+// request id across retries, so it is applied once.
+type Client struct {
+	dir   Directory
+	peers peers
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	maps map[uint64]*fsMap
+}
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	Directory Directory
+	// Dial connects to a metadata server's address.
+	Dial   func(addr string) (grpc.ClientConnInterface, error)
+	Logger *slog.Logger
+}
+
+// fsMap is the cached delegation map of one file system.
+type fsMap struct {
+	mu      sync.Mutex
+	fetched time.Time
+	stale   bool
+	routes  []route // by range
+}
+
+type route struct {
+	table uint64
+	r     fs.DRange
+	owner uint64
+	epoch uint64 // the delegation's: every new owner (or incarnation) bumps it
+}
+
+// mapRefresh bounds how often one file system's map is read again.
+const mapRefresh = 50 * time.Millisecond
+
+// NewClient returns a client of the metadata servers.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.Directory == nil || cfg.Dial == nil {
+		return nil, errors.New("meta: ClientConfig needs Directory and Dial")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Client{dir: cfg.Directory, peers: peers{dir: cfg.Directory, dial: cfg.Dial}, log: cfg.Logger, maps: map[uint64]*fsMap{}}, nil
+}
+
+// owner returns the route to directory id d of file system f: its table
+// and the node serving it (0 while the table has none).
+func (c *Client) owner(ctx context.Context, f, d uint64) (route, error) {
+	c.mu.Lock()
+	m := c.maps[f]
+	if m == nil {
+		m = &fsMap{stale: true}
+		c.maps[f] = m
+	}
+	c.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stale && time.Since(m.fetched) >= mapRefresh {
+		dm, err := c.dir.GetDelegationMap(ctx, &dpb.GetDelegationMapRequest{FileSystem: f})
+		if err != nil {
+			return route{}, fmt.Errorf("meta: read the delegation map: %w", err)
+		}
+		var rs []route
+		for _, del := range dm.GetDelegations() {
+			r, err := rangeFromKeys(del.GetStartKey(), del.GetEndKey())
+			if err != nil {
+				return route{}, err
+			}
+			rs = append(rs, route{table: del.GetTableId(), r: r, owner: del.GetOwnerNode(), epoch: del.GetEpoch()})
+		}
+		sort.Slice(rs, func(i, j int) bool { return rs[i].r.Lo < rs[j].r.Lo })
+		m.routes, m.fetched, m.stale = rs, time.Now(), false
+	}
+	i := sort.Search(len(m.routes), func(i int) bool { r := m.routes[i].r; return r.Hi == 0 || d < r.Hi })
+	if i < len(m.routes) && m.routes[i].r.Contains(d) {
+		return m.routes[i], nil
+	}
+	m.stale = true
+	return route{}, nil
+}
+
+// invalidate marks f's map stale: it is read again at the next request.
+func (c *Client) invalidate(f uint64) {
+	c.mu.Lock()
+	m := c.maps[f]
+	c.mu.Unlock()
+	if m != nil {
+		m.mu.Lock()
+		m.stale = true
+		m.mu.Unlock()
+	}
+}
+
+// call sends a request to the server of directory id d of file system f
+// until it gets an answer that is not "ask again"; the answer's error (or
+// the context's, when it ends first) is returned.
+func (c *Client) call(ctx context.Context, f, d uint64, fn func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error)) error {
+	return c.callRouted(ctx, f, d, nil, fn)
+}
+
+// callRouted is call with onRoute, which runs before each attempt with the
+// route taken (a session re-registers its opens with a new owner).
+func (c *Client) callRouted(ctx context.Context, f, d uint64, onRoute func(ctx context.Context, rt route, cl pb.MetaClient), fn func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error)) error {
+	var last error
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if err := sleepCtx(ctx, retryBackoff(attempt)); err != nil {
+				return fmt.Errorf("%w: %w (last: %v)", syscall.EIO, err, last)
+			}
+		}
+		rt, err := c.owner(ctx, f, d)
+		if err != nil {
+			last = err
+			continue
+		}
+		if rt.owner == 0 {
+			last = fmt.Errorf("meta: directory %#x of file system %d has no metadata server now", d, f)
+			c.invalidate(f)
+			continue
+		}
+		cl, err := c.peers.client(ctx, rt.owner)
+		if err != nil {
+			last = err
+			c.invalidate(f)
+			continue
+		}
+		if onRoute != nil {
+			onRoute(ctx, rt, cl)
+		}
+		e, err := fn(ctx, cl)
+		if err != nil {
+			// No answer: the server may be down; its tables move.
+			last = err
+			c.invalidate(f)
+			continue
+		}
+		if e == nil {
+			return nil
+		}
+		switch e.GetKind() {
+		case pb.Error_NOT_OWNER:
+			c.invalidate(f)
+			last = errorFromPB(e)
+			if attempt == 0 {
+				attempt++ // a fresh map usually names the owner: no wait
+			}
+			continue
+		case pb.Error_RETRY, pb.Error_AMBIGUOUS:
+			last = errorFromPB(e)
+			continue
+		}
+		return errorFromPB(e)
+	}
+}
+
+// retryBackoff is the jittered wait before attempt (1 ms doubling to
+// 500 ms).
+func retryBackoff(attempt int) time.Duration {
+	d := min(time.Millisecond<<min(attempt-1, 9), 500*time.Millisecond)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// anyServer runs fn on a live metadata server, trying another when one
+// does not answer, until ctx ends.
+func (c *Client) anyServer(ctx context.Context, fn func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error)) error {
+	var last error
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if err := sleepCtx(ctx, retryBackoff(attempt)); err != nil {
+				return fmt.Errorf("%w (last: %v)", err, last)
+			}
+		}
+		nodes, err := c.peers.list(ctx, attempt > 0)
+		if err != nil {
+			last = err
+			continue
+		}
+		live := metaNodes(nodes)
+		if len(live) == 0 {
+			last = errors.New("meta: no live metadata server")
+			continue
+		}
+		n := live[rand.IntN(len(live))]
+		cl, err := c.peers.clientAt(n.GetAddress())
+		if err != nil {
+			last = err
+			continue
+		}
+		e, err := fn(ctx, cl)
+		if err != nil {
+			last = err
+			continue
+		}
+		if e != nil && (e.GetKind() == pb.Error_RETRY || e.GetKind() == pb.Error_NOT_OWNER) {
+			last = errorFromPB(e)
+			continue
+		}
+		return errorFromPB(e)
+	}
+}
+
+// CreateFileSystem creates file system name (created false: it existed)
+// and returns its number.
+func (c *Client) CreateFileSystem(ctx context.Context, name string) (number uint64, created bool, err error) {
+	err = c.anyServer(ctx, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
+		resp, err := cl.CreateFileSystem(ctx, &pb.CreateFileSystemRequest{Name: name})
+		number, created = resp.GetNumber(), resp.GetCreated()
+		return resp.GetError(), err
+	})
+	return number, created, err
+}
+
+// DeleteFileSystem deletes file system name with everything in it.
+func (c *Client) DeleteFileSystem(ctx context.Context, name string) (*pb.DeleteFileSystemResponse, error) {
+	var out *pb.DeleteFileSystemResponse
+	err := c.anyServer(ctx, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
+		resp, err := cl.DeleteFileSystem(ctx, &pb.DeleteFileSystemRequest{Name: name})
+		out = resp
+		return resp.GetError(), err
+	})
+	return out, err
+}
+
+// CreateSnapshot takes a snapshot of file system f and returns its number.
+func (c *Client) CreateSnapshot(ctx context.Context, f uint64, name string) (uint64, error) {
+	var n uint64
+	err := c.call(ctx, f, fs.RootHandle.D, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
+		resp, err := cl.CreateSnapshot(ctx, &pb.CreateSnapshotRequest{Fs: f, Name: name})
+		n = resp.GetNumber()
+		return resp.GetError(), err
+	})
+	return n, err
+}
+
+// DeleteSnapshot deletes snapshot n of file system f.
+func (c *Client) DeleteSnapshot(ctx context.Context, f, n uint64) (*pb.DeleteSnapshotResponse, error) {
+	var out *pb.DeleteSnapshotResponse
+	err := c.call(ctx, f, fs.RootHandle.D, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
+		resp, err := cl.DeleteSnapshot(ctx, &pb.DeleteSnapshotRequest{Fs: f, Number: n})
+		out = resp
+		return resp.GetError(), err
+	})
+	return out, err
+}
+
+// Check checks file system f (fsck).
+func (c *Client) Check(ctx context.Context, f uint64, data bool) (*fs.CheckReport, error) {
+	var rep fs.CheckReport
+	err := c.anyServer(ctx, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
+		resp, err := cl.Check(ctx, &pb.CheckRequest{Fs: f, Data: data})
+		if err == nil && resp.GetError() == nil {
+			if jerr := json.Unmarshal(resp.GetReportJson(), &rep); jerr != nil {
+				return &pb.Error{Kind: pb.Error_POSIX, Errno: uint32(syscall.EIO), Message: "check report: " + jerr.Error()}, nil
+			}
+		}
+		return resp.GetError(), err
+	})
+	return &rep, err
+}

@@ -1,0 +1,246 @@
+package meta
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/arbor-storage/arbor/internal/btree"
+	"github.com/arbor-storage/arbor/internal/client"
+	"github.com/arbor-storage/arbor/internal/client/clienttest"
+	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/directory/directorytest"
+	"github.com/arbor-storage/arbor/internal/fs"
+)
+
+var _ client.Metadata = (*FSClient)(nil)
+
+// testCluster is metadata servers in the test's process: a real directory
+// group (directorytest), one B-tree in memory shared by every server (each
+// with its own tree client and caches, as on separate nodes), one data
+// store, and real gRPC between clients and servers.
+type testCluster struct {
+	t       testing.TB
+	dir     *directorytest.Cluster
+	pages   *btree.MemStore
+	root    btree.PageRef
+	data    *fs.MemData
+	log     *slog.Logger
+	mu      sync.Mutex
+	servers map[uint64]*testServer
+	client  *Client
+	lease   time.Duration
+}
+
+type testServer struct {
+	id   uint64
+	addr string
+	srv  *Server
+	grpc *grpc.Server
+	node *directorytest.Node
+}
+
+func dialTest(addr string) (grpc.ClientConnInterface, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+func newTestCluster(t testing.TB, servers int) *testCluster {
+	t.Helper()
+	level := slog.LevelWarn
+	if os.Getenv("ARBOR_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	pages, root := newMemPages(t)
+	c := &testCluster{t: t, dir: directorytest.Start(t, 1), pages: pages, root: root, data: fs.NewMemData(64 << 10),
+		log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})), servers: map[uint64]*testServer{},
+		lease: time.Second}
+	for i := range servers {
+		c.start(uint64(i + 1))
+	}
+	cl, err := NewClient(ClientConfig{Directory: c.dir.Client(), Dial: dialTest, Logger: c.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.client = cl
+	return c
+}
+
+// start starts metadata server id (again, after kill: a new incarnation).
+func (c *testCluster) start(id uint64) {
+	c.t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ts := &testServer{id: id, addr: lis.Addr().String()}
+	ts.node = c.dir.Register(id, ts.addr, RoleMeta)
+	srv, err := NewServer(Config{Node: id, NodeEpoch: ts.node.Epoch, Directory: c.dir.Client(),
+		Tree: newTree(c.t, c.pages, c.root, 64<<20), Data: c.data, Dial: dialTest, Logger: c.log.With("node", id),
+		LeaseDuration: c.lease, PollInterval: 50 * time.Millisecond, ReclaimInterval: -1})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ts.srv = srv
+	ts.grpc = grpc.NewServer()
+	srv.Register(ts.grpc)
+	go func() { _ = ts.grpc.Serve(lis) }()
+	srv.Start()
+	c.mu.Lock()
+	c.servers[id] = ts
+	c.mu.Unlock()
+	c.t.Cleanup(func() { c.kill(id) })
+}
+
+// kill stops server id at once: no more answers, no more heartbeats or
+// lease renewals (its tables move when their leases run out).
+func (c *testCluster) kill(id uint64) {
+	c.mu.Lock()
+	ts := c.servers[id]
+	delete(c.servers, id)
+	c.mu.Unlock()
+	if ts == nil {
+		return
+	}
+	ts.grpc.Stop()
+	ts.node.Stop()
+	ts.srv.Stop()
+}
+
+// owner returns the owner of file system f's table of directory id d.
+func (c *testCluster) owner(ctx context.Context, f, d uint64) uint64 {
+	dm, err := c.dir.Client().GetDelegationMap(ctx, &dpb.GetDelegationMapRequest{FileSystem: f})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, del := range dm.GetDelegations() {
+		r, err := rangeFromKeys(del.GetStartKey(), del.GetEndKey())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if r.Contains(d) {
+			return del.GetOwnerNode()
+		}
+	}
+	return 0
+}
+
+// clusterFS is a file system of a testCluster as clienttest sees it.
+type clusterFS struct {
+	c       *testCluster
+	f       uint64
+	session uint64
+	main    *client.FS
+}
+
+func (c *testCluster) newFS(name string) *clusterFS {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, _, err := c.client.CreateFileSystem(ctx, name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	x := &clusterFS{c: c, f: f}
+	x.main = x.mount(0)
+	return x
+}
+
+func (x *clusterFS) mount(snap uint64) *client.FS {
+	x.c.t.Helper()
+	x.session++
+	m := x.c.client.FileSystem(x.f, snap, rand.Uint64()|1)
+	fsys, err := client.NewFS(client.FSConfig{Meta: m, Data: x.c.data, Snapshot: snap})
+	if err != nil {
+		x.c.t.Fatal(err)
+	}
+	x.c.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = fsys.Close(ctx)
+		_ = m.Close(ctx)
+	})
+	return fsys
+}
+
+func (x *clusterFS) FS() *client.FS { return x.main }
+
+func (x *clusterFS) CreateSnapshot(ctx context.Context, name string) (uint64, error) {
+	return x.c.client.CreateSnapshot(ctx, x.f, name)
+}
+
+func (x *clusterFS) DeleteSnapshot(ctx context.Context, n uint64) error {
+	_, err := x.c.client.DeleteSnapshot(ctx, x.f, n)
+	return err
+}
+
+func (x *clusterFS) OpenSnapshot(_ testing.TB, n uint64) *client.FS { return x.mount(n) }
+
+func (x *clusterFS) Check(ctx context.Context) (*fs.CheckReport, error) {
+	return x.c.client.Check(ctx, x.f, true)
+}
+
+// TestServersModel runs the file-system model through metadata servers
+// over gRPC, with no failure: the protocol, the client's routing and the
+// servers' tables.
+func TestServersModel(t *testing.T) {
+	seed := clienttest.Seed(t)
+	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
+	c := newTestCluster(t, 3)
+	x := c.newFS("model")
+	steps := 1500
+	if testing.Short() {
+		steps = 400
+	}
+	rep := clienttest.Run(t, x, clienttest.Options{Seed: seed, Steps: steps,
+		DataTracts: func() int { _, tracts, _ := c.data.Usage(); return tracts }})
+	t.Logf("ops %v; %d objects, %d tracts", rep.Ops, rep.Objects, rep.Tracts)
+}
+
+// TestServersModelOwnerKills runs the model while the owner of the file
+// system's table is killed every so often (and started again): the table
+// moves to a live server when its lease runs out, the client follows, and
+// every operation is applied exactly once.
+func TestServersModelOwnerKills(t *testing.T) {
+	seed := clienttest.Seed(t)
+	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
+	c := newTestCluster(t, 3)
+	x := c.newFS("kills")
+	steps := 1200
+	if testing.Short() {
+		steps = 300
+	}
+	rng := rand.New(rand.NewPCG(seed, 5))
+	kills := 0
+	rep := clienttest.Run(t, x, clienttest.Options{Seed: seed, Steps: steps,
+		DataTracts: func() int { _, tracts, _ := c.data.Usage(); return tracts },
+		Between: func(step int) {
+			if step%150 != 149 {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			victim := c.owner(ctx, x.f, rng.Uint64N(1<<62))
+			if victim == 0 {
+				return
+			}
+			c.kill(victim)
+			kills++
+			// Back after a while, as a new incarnation with cold caches.
+			go func() {
+				time.Sleep(2 * c.lease)
+				c.start(victim)
+			}()
+		}})
+	t.Logf("ops %v; %d objects, %d tracts; %d owner kills", rep.Ops, rep.Objects, rep.Tracts, kills)
+	if kills == 0 {
+		t.Fatal("no owner was killed")
+	}
+}

@@ -1,0 +1,500 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/fs"
+	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
+)
+
+// FSClient is one session's client of one file system's metadata servers:
+// the file-system operations of internal/client's Metadata, each sent to
+// the owner of the table of its directory. Its recorded requests take one
+// of the session's request slots each (a slot has one request in flight;
+// its sequence number grows), so a retry after a failover is recognised.
+type FSClient struct {
+	c       *Client
+	f, snap uint64
+	session uint64
+	slots   chan uint64
+	seqMu   sync.Mutex
+	seqs    []uint64
+	// opens are the files the session holds open, and seen the delegation
+	// epoch each table had at the session's last request to it: a new
+	// owner (or a new incarnation of the old one) is told of the session's
+	// opens in its tables before anything else (it cannot know them: they
+	// live in the old owner's memory).
+	opensMu  sync.Mutex
+	opens    map[fs.Handle]bool
+	seen     map[uint64]uint64
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// sessionSlots is how many recorded requests a session has in flight at
+// most (the reply records a table keeps per session).
+const sessionSlots = 256
+
+// sessionRenewal is how often a session's record is renewed (well within
+// fs.SessionExpiry).
+const sessionRenewal = 20 * time.Second
+
+// FileSystem returns a client of file system f at snapshot snap (0: the
+// live one) for session (non-zero, unique per client: a mount). For the
+// live file system, the session's record is renewed in the background
+// until Close.
+func (c *Client) FileSystem(f, snap, session uint64) *FSClient {
+	m := &FSClient{c: c, f: f, snap: snap, session: session, slots: make(chan uint64, sessionSlots),
+		seqs: make([]uint64, sessionSlots), opens: map[fs.Handle]bool{}, seen: map[uint64]uint64{}, stop: make(chan struct{})}
+	for i := range sessionSlots {
+		m.slots <- uint64(i)
+	}
+	if snap == 0 {
+		m.wg.Add(1)
+		go m.renewSession()
+	}
+	return m
+}
+
+func (m *FSClient) renewSession() {
+	defer m.wg.Done()
+	renew := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), sessionRenewal)
+		defer cancel()
+		if err := m.sessionCall(ctx, false); err != nil {
+			m.c.log.Warn("renewing the session record", "fs", m.f, "session", m.session, "err", err)
+		}
+	}
+	renew()
+	t := time.NewTicker(sessionRenewal)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			renew()
+		}
+	}
+}
+
+func (m *FSClient) sessionCall(ctx context.Context, end bool) error {
+	return m.c.call(ctx, m.f, fs.RootHandle.D, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
+		resp, err := cl.Session(ctx, &pb.SessionRequest{Header: m.header(), End: end})
+		return resp.GetError(), err
+	})
+}
+
+// Close ends the session: what it held open may be reclaimed.
+func (m *FSClient) Close(ctx context.Context) error {
+	var err error
+	m.stopOnce.Do(func() {
+		close(m.stop)
+		m.wg.Wait()
+		if m.snap == 0 {
+			err = m.sessionCall(ctx, true)
+		}
+	})
+	return err
+}
+
+// Number returns the file system number.
+func (m *FSClient) Number() uint64 { return m.f }
+
+func (m *FSClient) header() *pb.Header {
+	return &pb.Header{Fs: m.f, Snapshot: m.snap, Session: m.session}
+}
+
+// recorded returns a header with a request id: a free slot and its next
+// sequence number; release gives the slot back.
+func (m *FSClient) recorded(ctx context.Context) (*pb.Header, func(), error) {
+	var slot uint64
+	select {
+	case slot = <-m.slots:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	m.seqMu.Lock()
+	m.seqs[slot]++
+	seq := m.seqs[slot]
+	m.seqMu.Unlock()
+	h := m.header()
+	h.Slot, h.Seq = slot, seq
+	return h, func() { m.slots <- slot }, nil
+}
+
+// call sends a request routed by directory id d.
+func (m *FSClient) call(ctx context.Context, d uint64, fn func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error)) error {
+	h := m.header()
+	return m.c.callRouted(ctx, m.f, d, m.onRoute, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) { return fn(ctx, cl, h) })
+}
+
+// callRecorded sends a request that must apply once.
+func (m *FSClient) callRecorded(ctx context.Context, d uint64, fn func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error)) error {
+	h, release, err := m.recorded(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return m.c.callRouted(ctx, m.f, d, m.onRoute, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) { return fn(ctx, cl, h) })
+}
+
+// onRoute re-registers the session's opens in a table with its owner when
+// the owner is not the one the session last spoke to about it. The owner
+// counts as seen only once every open is registered: an attempt that
+// failed (the owner not serving yet) is made again with the request's
+// next attempt.
+func (m *FSClient) onRoute(ctx context.Context, rt route, cl pb.MetaClient) {
+	if m.snap != 0 {
+		return
+	}
+	m.opensMu.Lock()
+	prev, known := m.seen[rt.table]
+	var hs []fs.Handle
+	if known && prev != rt.epoch {
+		for h := range m.opens {
+			if rt.r.Contains(h.D) {
+				hs = append(hs, h)
+			}
+		}
+	}
+	m.opensMu.Unlock()
+	for _, hd := range hs {
+		resp, err := cl.Open(ctx, &pb.OpenRequest{Header: m.header(), Handle: handleToPB(hd)})
+		if err != nil || (resp.GetError() != nil && resp.GetError().GetKind() != pb.Error_POSIX) {
+			return // not registered: try again at the next attempt
+		}
+		// A POSIX error: the file is gone, there is nothing to hold.
+	}
+	m.opensMu.Lock()
+	m.seen[rt.table] = rt.epoch
+	m.opensMu.Unlock()
+}
+
+// opened records whether the session holds hd open.
+func (m *FSClient) opened(hd fs.Handle, open bool) {
+	m.opensMu.Lock()
+	defer m.opensMu.Unlock()
+	if open {
+		m.opens[hd] = true
+	} else {
+		delete(m.opens, hd)
+	}
+}
+
+func attrOf(resp *pb.AttrResponse, err error) (fs.Attr, error) {
+	if err != nil {
+		return fs.Attr{}, err
+	}
+	a, err := attrFromPB(resp.GetAttr())
+	if err != nil {
+		return fs.Attr{}, fmt.Errorf("%w: %w", syscall.EIO, err)
+	}
+	return a, nil
+}
+
+// attrCall runs a request answered with attributes.
+func (m *FSClient) attrCall(ctx context.Context, d uint64, record bool, send func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error)) (fs.Attr, error) {
+	var resp *pb.AttrResponse
+	fn := func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+		var err error
+		resp, err = send(ctx, cl, h)
+		return resp.GetError(), err
+	}
+	var err error
+	if record {
+		err = m.callRecorded(ctx, d, fn)
+	} else {
+		err = m.call(ctx, d, fn)
+	}
+	return attrOf(resp, err)
+}
+
+// Lookup implements client.Metadata.
+func (m *FSClient) Lookup(ctx context.Context, dir fs.Handle, name string) (fs.Attr, error) {
+	return m.attrCall(ctx, dir.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+		return cl.Lookup(ctx, &pb.LookupRequest{Header: h, Dir: handleToPB(dir), Name: name})
+	})
+}
+
+// GetAttr implements client.Metadata.
+func (m *FSClient) GetAttr(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
+	return m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+		return cl.GetAttr(ctx, &pb.GetAttrRequest{Header: h, Handle: handleToPB(hd)})
+	})
+}
+
+// SetAttr implements client.Metadata.
+func (m *FSClient) SetAttr(ctx context.Context, hd fs.Handle, in fs.SetAttrIn) (fs.Attr, error) {
+	return m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+		return cl.SetAttr(ctx, &pb.SetAttrRequest{Header: h, Handle: handleToPB(hd), Valid: in.Valid, Mode: in.Mode, Uid: in.Uid,
+			Gid: in.Gid, Size: in.Size, AtimeNs: in.Atime.UnixNano(), MtimeNs: in.Mtime.UnixNano(), CtimeNs: in.Ctime.UnixNano()})
+	})
+}
+
+func (m *FSClient) create(ctx context.Context, req *pb.CreateRequest) (fs.Attr, error) {
+	return m.attrCall(ctx, req.GetDir().GetD(), true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+		req.Header = h
+		return cl.Create(ctx, req)
+	})
+}
+
+// Create implements client.Metadata.
+func (m *FSClient) Create(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred, open bool) (fs.Attr, error) {
+	a, err := m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_FILE, Dir: handleToPB(dir), Name: name, Mode: mode,
+		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}, Open: open})
+	if err == nil && open {
+		m.opened(a.Handle, true)
+	}
+	return a, err
+}
+
+// Mknod implements client.Metadata.
+func (m *FSClient) Mknod(ctx context.Context, dir fs.Handle, name string, mode uint32, rdev uint64, cred fs.Cred) (fs.Attr, error) {
+	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_NODE, Dir: handleToPB(dir), Name: name, Mode: mode, Rdev: rdev,
+		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}})
+}
+
+// Mkdir implements client.Metadata.
+func (m *FSClient) Mkdir(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, error) {
+	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_DIRECTORY, Dir: handleToPB(dir), Name: name, Mode: mode,
+		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}})
+}
+
+// Symlink implements client.Metadata.
+func (m *FSClient) Symlink(ctx context.Context, dir fs.Handle, name, target string, cred fs.Cred) (fs.Attr, error) {
+	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_SYMLINK, Dir: handleToPB(dir), Name: name, Target: target,
+		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}})
+}
+
+// Readlink implements client.Metadata.
+func (m *FSClient) Readlink(ctx context.Context, hd fs.Handle) (string, error) {
+	var target string
+	err := m.call(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+		resp, err := cl.Readlink(ctx, &pb.ReadlinkRequest{Header: h, Handle: handleToPB(hd)})
+		target = resp.GetTarget()
+		return resp.GetError(), err
+	})
+	return target, err
+}
+
+// Link implements client.Metadata.
+func (m *FSClient) Link(ctx context.Context, hd, dir fs.Handle, name string) (fs.Attr, error) {
+	return m.attrCall(ctx, dir.D, true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+		return cl.Link(ctx, &pb.LinkRequest{Header: h, Handle: handleToPB(hd), Dir: handleToPB(dir), Name: name})
+	})
+}
+
+func (m *FSClient) remove(ctx context.Context, dir fs.Handle, name string, directory bool) error {
+	return m.callRecorded(ctx, dir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+		resp, err := cl.Remove(ctx, &pb.RemoveRequest{Header: h, Dir: handleToPB(dir), Name: name, Directory: directory})
+		return resp.GetError(), err
+	})
+}
+
+// Unlink implements client.Metadata.
+func (m *FSClient) Unlink(ctx context.Context, dir fs.Handle, name string) error {
+	return m.remove(ctx, dir, name, false)
+}
+
+// Rmdir implements client.Metadata.
+func (m *FSClient) Rmdir(ctx context.Context, dir fs.Handle, name string) error {
+	return m.remove(ctx, dir, name, true)
+}
+
+// Rename implements client.Metadata.
+func (m *FSClient) Rename(ctx context.Context, srcDir fs.Handle, srcName string, dstDir fs.Handle, dstName string, flags uint32) error {
+	return m.callRecorded(ctx, srcDir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+		resp, err := cl.Rename(ctx, &pb.RenameRequest{Header: h, SrcDir: handleToPB(srcDir), SrcName: srcName,
+			DstDir: handleToPB(dstDir), DstName: dstName, Flags: flags})
+		return resp.GetError(), err
+	})
+}
+
+func (m *FSClient) readDir(ctx context.Context, dir fs.Handle, after uint64, max int, plus bool) ([]*pb.DirEntry, error) {
+	var out []*pb.DirEntry
+	err := m.call(ctx, dir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+		resp, err := cl.ReadDir(ctx, &pb.ReadDirRequest{Header: h, Dir: handleToPB(dir), After: after, Max: uint32(max), Plus: plus})
+		out = resp.GetEntries()
+		return resp.GetError(), err
+	})
+	return out, err
+}
+
+// ReadDir implements client.Metadata.
+func (m *FSClient) ReadDir(ctx context.Context, dir fs.Handle, after uint64, max int) ([]fs.DirEntry, error) {
+	es, err := m.readDir(ctx, dir, after, max, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]fs.DirEntry, len(es))
+	for i, e := range es {
+		out[i] = fs.DirEntry{Name: e.GetName(), Handle: handleFromPB(e.GetHandle()), Type: e.GetType(), Cookie: e.GetCookie()}
+	}
+	return out, nil
+}
+
+// ReadDirPlus implements client.Metadata.
+func (m *FSClient) ReadDirPlus(ctx context.Context, dir fs.Handle, after uint64, max int) ([]fs.DirEntryPlus, error) {
+	es, err := m.readDir(ctx, dir, after, max, true)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]fs.DirEntryPlus, len(es))
+	for i, e := range es {
+		out[i].DirEntry = fs.DirEntry{Name: e.GetName(), Handle: handleFromPB(e.GetHandle()), Type: e.GetType(), Cookie: e.GetCookie()}
+		if e.GetAttr() != nil {
+			a, err := attrFromPB(e.GetAttr())
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", syscall.EIO, err)
+			}
+			out[i].Attr, out[i].OK = a, true
+		}
+	}
+	return out, nil
+}
+
+func (m *FSClient) xattr(ctx context.Context, req *pb.XattrRequest) (*pb.XattrResponse, error) {
+	var out *pb.XattrResponse
+	fn := func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+		req.Header = h
+		resp, err := cl.Xattr(ctx, req)
+		out = resp
+		return resp.GetError(), err
+	}
+	var err error
+	if req.GetOp() == pb.XattrRequest_SET || req.GetOp() == pb.XattrRequest_REMOVE {
+		err = m.callRecorded(ctx, req.GetHandle().GetD(), fn)
+	} else {
+		err = m.call(ctx, req.GetHandle().GetD(), fn)
+	}
+	return out, err
+}
+
+// GetXattr implements client.Metadata.
+func (m *FSClient) GetXattr(ctx context.Context, h fs.Handle, name string) ([]byte, error) {
+	resp, err := m.xattr(ctx, &pb.XattrRequest{Op: pb.XattrRequest_GET, Handle: handleToPB(h), Name: name})
+	if resp.GetValue() == nil && err == nil {
+		return []byte{}, nil
+	}
+	return resp.GetValue(), err
+}
+
+// SetXattr implements client.Metadata.
+func (m *FSClient) SetXattr(ctx context.Context, h fs.Handle, name string, value []byte, flags uint32) error {
+	_, err := m.xattr(ctx, &pb.XattrRequest{Op: pb.XattrRequest_SET, Handle: handleToPB(h), Name: name, Value: value, Flags: flags})
+	return err
+}
+
+// ListXattr implements client.Metadata.
+func (m *FSClient) ListXattr(ctx context.Context, h fs.Handle) ([]string, error) {
+	resp, err := m.xattr(ctx, &pb.XattrRequest{Op: pb.XattrRequest_LIST, Handle: handleToPB(h)})
+	return resp.GetNames(), err
+}
+
+// RemoveXattr implements client.Metadata.
+func (m *FSClient) RemoveXattr(ctx context.Context, h fs.Handle, name string) error {
+	_, err := m.xattr(ctx, &pb.XattrRequest{Op: pb.XattrRequest_REMOVE, Handle: handleToPB(h), Name: name})
+	return err
+}
+
+// Open implements client.Metadata.
+func (m *FSClient) Open(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
+	a, err := m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+		return cl.Open(ctx, &pb.OpenRequest{Header: h, Handle: handleToPB(hd)})
+	})
+	if err == nil && !a.IsDir() {
+		m.opened(hd, true)
+	}
+	return a, err
+}
+
+// Release implements client.Metadata.
+func (m *FSClient) Release(ctx context.Context, hd fs.Handle) error {
+	m.opened(hd, false)
+	return m.call(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+		resp, err := cl.Release(ctx, &pb.OpenRequest{Header: h, Handle: handleToPB(hd)})
+		return resp.GetError(), err
+	})
+}
+
+// StatFS implements client.Metadata.
+func (m *FSClient) StatFS(ctx context.Context) (fs.StatFS, error) {
+	var out fs.StatFS
+	err := m.call(ctx, fs.RootHandle.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+		resp, err := cl.StatFS(ctx, &pb.StatFSRequest{Header: h})
+		out = fs.StatFS{Blocks: resp.GetBlocks(), Bfree: resp.GetBfree(), Bavail: resp.GetBavail(), Files: resp.GetFiles(),
+			Ffree: resp.GetFfree(), Bsize: resp.GetBsize(), Frsize: resp.GetFrsize(), NameLen: resp.GetNameLen()}
+		return resp.GetError(), err
+	})
+	return out, err
+}
+
+// FileBlocks implements client.Metadata.
+func (m *FSClient) FileBlocks(ctx context.Context, hd fs.Handle, starts []uint64) (fs.FileState, []fs.BlockRef, error) {
+	var resp *pb.FileBlocksResponse
+	err := m.call(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+		var err error
+		resp, err = cl.FileBlocks(ctx, &pb.FileBlocksRequest{Header: h, Handle: handleToPB(hd), Starts: starts})
+		return resp.GetError(), err
+	})
+	if err != nil {
+		return fs.FileState{}, nil, err
+	}
+	blob, err := guidFromPB(resp.GetState().GetBlob())
+	if err != nil {
+		return fs.FileState{}, nil, fmt.Errorf("%w: %w", syscall.EIO, err)
+	}
+	st := resp.GetState()
+	state := fs.FileState{Mode: st.GetMode(), Size: st.GetSize(), Blob: blob, BlobExists: st.GetBlobExists(), DataGen: st.GetDataGen()}
+	if len(resp.GetBlocks()) != len(starts) {
+		return fs.FileState{}, nil, fmt.Errorf("%w: %d block pairs for %d blocks asked", syscall.EIO, len(resp.GetBlocks()), len(starts))
+	}
+	refs := make([]fs.BlockRef, len(starts))
+	for i, b := range resp.GetBlocks() {
+		refs[i] = blockFromPB(b)
+	}
+	return state, refs, nil
+}
+
+// CommitBlocks implements client.Metadata. A retry of a commit that was
+// applied finds its blocks changed (by itself) and fails with
+// fs.ErrRaced; the client's flush then writes them again, which is
+// idempotent.
+func (m *FSClient) CommitBlocks(ctx context.Context, hd fs.Handle, blob fs.GUID, blocks []fs.NewBlock, size uint64, mtime int64) (fs.BlocksCommitted, error) {
+	req := &pb.CommitBlocksRequest{Handle: handleToPB(hd), Blob: blob[:], Size: size, MtimeNs: mtime}
+	for _, b := range blocks {
+		req.Blocks = append(req.Blocks, &pb.NewBlock{Start: b.Start, Tract: b.Tract, Length: b.Length, Base: blockToPB(b.Base)})
+	}
+	var resp *pb.CommitBlocksResponse
+	err := m.call(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+		req.Header = h
+		var err error
+		resp, err = cl.CommitBlocks(ctx, req)
+		return resp.GetError(), err
+	})
+	if err != nil {
+		return fs.BlocksCommitted{}, err
+	}
+	if len(resp.GetBlocks()) != len(blocks) {
+		return fs.BlocksCommitted{}, fmt.Errorf("%w: %d block pairs for %d blocks committed", syscall.EIO, len(resp.GetBlocks()), len(blocks))
+	}
+	out := fs.BlocksCommitted{Size: resp.GetSize(), DataGen: resp.GetDataGen()}
+	for _, b := range resp.GetBlocks() {
+		out.Blocks = append(out.Blocks, blockFromPB(b))
+	}
+	return out, nil
+}
+
+// IsRemote reports whether err came from a metadata server's answer (as
+// opposed to the client giving up).
+func IsRemote(err error) bool {
+	var r *RemoteError
+	return errors.As(err, &r)
+}

@@ -1,0 +1,522 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/arbor-storage/arbor/internal/btree"
+	"github.com/arbor-storage/arbor/internal/directory"
+	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/fs"
+	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
+)
+
+// Directory is what metadata servers and their clients ask of the cluster
+// directory. *directory.Client implements it.
+type Directory interface {
+	GetDelegationMap(ctx context.Context, req *dpb.GetDelegationMapRequest) (*dpb.DelegationMap, error)
+	SetDelegation(ctx context.Context, req *dpb.SetDelegationRequest) (*dpb.Delegation, error)
+	RenewDelegation(ctx context.Context, req *dpb.RenewDelegationRequest) (*dpb.Delegation, error)
+	DeleteDelegation(ctx context.Context, req *dpb.DeleteDelegationRequest) (*dpb.DeleteDelegationResponse, error)
+	ListNodes(ctx context.Context, req *dpb.ListNodesRequest) (*dpb.ListNodesResponse, error)
+	CreateFileSystem(ctx context.Context, req *dpb.CreateFileSystemRequest) (*dpb.FileSystem, error)
+	DeleteFileSystem(ctx context.Context, req *dpb.DeleteFileSystemRequest) (*dpb.FileSystem, error)
+	GetFileSystem(ctx context.Context, req *dpb.GetFileSystemRequest) (*dpb.FileSystem, error)
+	CreateSnapshot(ctx context.Context, req *dpb.CreateSnapshotRequest) (*dpb.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, req *dpb.DeleteSnapshotRequest) (*dpb.FileSystem, error)
+	GrantLease(ctx context.Context, req *dpb.GrantLeaseRequest) (*dpb.Lease, error)
+	RenewLease(ctx context.Context, req *dpb.RenewLeaseRequest) (*dpb.Lease, error)
+	ReleaseLease(ctx context.Context, req *dpb.ReleaseLeaseRequest) (*dpb.Lease, error)
+}
+
+var _ Directory = (*directory.Client)(nil)
+
+// RoleMeta is the role a node runs metadata servers under (its Node
+// record's roles name it).
+const RoleMeta = "meta"
+
+// Config configures a metadata server.
+type Config struct {
+	// Node is this server's node id; NodeEpoch its current incarnation
+	// (leases are held per incarnation).
+	Node      uint64
+	NodeEpoch func() uint64
+	Directory Directory
+	// Tree is the cluster's B-tree (file systems keep their metadata in
+	// it); it should keep a leaf cache (btree.Config.LeafCacheBytes): the
+	// server writes most leaves it reads.
+	Tree *btree.Tree
+	// Data is the tract store, for what the metadata side does to file
+	// data: emptying replaced tracts, deleting the blobs of reclaimed
+	// files, truncating.
+	Data fs.DataStore
+	// Dial connects to other metadata servers (moves, snapshots).
+	Dial func(addr string) (grpc.ClientConnInterface, error)
+	// Limits bound each file system's table store (zero: DefaultLimits).
+	Limits Limits
+	// LeaseDuration is a table delegation's lease (zero: 5 s); the owner
+	// renews it every RenewInterval (zero: a fifth of it) and stops
+	// serving a table whose lease it could not renew in time.
+	LeaseDuration, RenewInterval time.Duration
+	// PollInterval is how often the server reads the delegation map for
+	// tables given to it or taken from it (zero: 500 ms).
+	PollInterval time.Duration
+	// ReclaimInterval is how often orphans of dead sessions are reclaimed
+	// in the tables served here (zero: 30 s; negative: never).
+	ReclaimInterval time.Duration
+	Logger          *slog.Logger
+	// Metrics, if set, receives arbor_meta_* series.
+	Metrics prometheus.Registerer
+}
+
+// Server is one node's metadata server (DESIGN.md §2.6): it serves the
+// tables the delegation map gives it, runs the delegation coordinator
+// when it holds the coordinator lease, and answers the Meta gRPC service.
+type Server struct {
+	pb.UnimplementedMetaServer
+	cfg Config
+	log *slog.Logger
+	m   *storeMetrics
+
+	mu  sync.Mutex
+	fss map[uint64]*fsState
+
+	peers peers
+	coord coordinatorState
+	// leases: the tables served here, by id, with the lease state.
+	leaseMu sync.Mutex
+	leases  map[uint64]*lease
+
+	inflightMu sync.Mutex
+	inflight   map[[2]uint64]*call
+
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// fsState is what the server runs for one file system.
+type fsState struct {
+	f      uint64
+	st     *store
+	live   *fs.FS
+	direct *fs.FS // over the tree itself: superblock records, fsck
+	mu     sync.Mutex
+	snaps  map[uint64]*fs.FS
+	stats  *tableStats
+}
+
+// lease is a table delegation held here.
+type lease struct {
+	f     uint64
+	table uint64
+	epoch uint64
+}
+
+// call is a recorded request being executed, so a retry arriving
+// meanwhile waits for it instead of running it again.
+type call struct {
+	seq  uint64
+	done chan struct{}
+}
+
+// Defaults of Config.
+const (
+	defaultLeaseDuration   = 5 * time.Second
+	defaultPollInterval    = 500 * time.Millisecond
+	defaultReclaimInterval = 30 * time.Second
+	// coordinatorLease names the directory lease the delegation
+	// coordinator holds (Ursa Minor §3.1: one coordinator).
+	coordinatorLease = "meta/coordinator"
+)
+
+// NewServer returns a metadata server; Start starts its background work.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Node == 0 || cfg.Directory == nil || cfg.Tree == nil || cfg.Data == nil || cfg.Dial == nil {
+		return nil, errors.New("meta: Config needs Node, Directory, Tree, Data and Dial")
+	}
+	if cfg.NodeEpoch == nil {
+		cfg.NodeEpoch = func() uint64 { return 0 }
+	}
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = defaultLeaseDuration
+	}
+	if cfg.RenewInterval == 0 {
+		cfg.RenewInterval = cfg.LeaseDuration / 5
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = defaultPollInterval
+	}
+	if cfg.ReclaimInterval == 0 {
+		cfg.ReclaimInterval = defaultReclaimInterval
+	}
+	if cfg.LeaseDuration < 2*directory.LeaseSafetyMargin || cfg.RenewInterval >= cfg.LeaseDuration-directory.LeaseSafetyMargin {
+		return nil, fmt.Errorf("meta: lease %v renewed every %v leaves no margin", cfg.LeaseDuration, cfg.RenewInterval)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg: cfg, log: cfg.Logger.With("meta", cfg.Node), m: newStoreMetrics(),
+		fss: map[uint64]*fsState{}, leases: map[uint64]*lease{}, inflight: map[[2]uint64]*call{},
+		stop: make(chan struct{}),
+	}
+	s.peers = peers{dir: cfg.Directory, dial: cfg.Dial}
+	if cfg.Metrics != nil {
+		if err := s.m.register(cfg.Metrics); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Register registers the Meta service on r.
+func (s *Server) Register(r grpc.ServiceRegistrar) { pb.RegisterMetaServer(r, s) }
+
+// Start starts the background work: following the delegation map,
+// renewing leases, the coordinator, reclaiming orphans.
+func (s *Server) Start() {
+	s.loop("delegation map", s.cfg.PollInterval, s.followMap)
+	s.loop("lease renewal", s.cfg.RenewInterval, s.renewLeases)
+	s.loop("coordinator", time.Second, s.coordinate)
+	s.loop("frozen tables", 20*time.Millisecond, s.pollFrozen)
+	if s.cfg.ReclaimInterval > 0 {
+		s.loop("orphan reclaim", s.cfg.ReclaimInterval, s.reclaim)
+	}
+}
+
+func (s *Server) loop(what string, every time.Duration, fn func(ctx context.Context)) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), max(every, 10*time.Second))
+			fn(ctx)
+			cancel()
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop stops the server: the tables it serves are no longer served (their
+// leases run out and the coordinator gives them to others).
+func (s *Server) Stop() {
+	if s.closed.Swap(true) {
+		return
+	}
+	close(s.stop)
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.fss {
+		st.st.close()
+	}
+}
+
+// fsOf returns what the server runs for file system f, opening it on
+// first use (ENOENT if f is not formatted).
+func (s *Server) fsOf(ctx context.Context, f uint64) (*fsState, error) {
+	if f == 0 {
+		return nil, invalidf("file system number 0")
+	}
+	s.mu.Lock()
+	st := s.fss[f]
+	s.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	direct, err := fs.Open(ctx, fs.Config{Meta: fs.BTreeMeta{Tree: s.cfg.Tree}, Data: s.cfg.Data, Number: f, Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	store := newStore(f, s.cfg.Node, s.cfg.Tree, s.cfg.Limits, s.log, s.m)
+	st = &fsState{f: f, st: store, direct: direct, snaps: map[uint64]*fs.FS{}, stats: newTableStats()}
+	st.live, err = fs.Open(ctx, fs.Config{Meta: store, Data: s.cfg.Data, Number: f, Logger: s.log,
+		Shared: shared{tree: s.cfg.Tree, f: f, lock: s.renameLock(f)}})
+	if err != nil {
+		store.close()
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.fss[f]; old != nil {
+		store.close()
+		return old, nil
+	}
+	s.fss[f] = st
+	return st, nil
+}
+
+// engine returns the engine for snapshot snap of st (0: the live one).
+func (s *Server) engine(ctx context.Context, st *fsState, snap uint64) (*fs.FS, error) {
+	if snap == 0 {
+		return st.live, nil
+	}
+	st.mu.Lock()
+	e := st.snaps[snap]
+	st.mu.Unlock()
+	if e != nil {
+		return e, nil
+	}
+	e, err := fs.Open(ctx, fs.Config{Meta: st.st, Data: s.cfg.Data, Number: st.f, Snapshot: snap, Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if old := st.snaps[snap]; old != nil {
+		return old, nil
+	}
+	st.snaps[snap] = e
+	return e, nil
+}
+
+// renameLock is fs.Shared's lock on directory moves of file system f: a
+// directory lease every server of f asks for.
+func (s *Server) renameLock(f uint64) func(ctx context.Context) (func(), error) {
+	name := fmt.Sprintf("fs/%d/rename", f)
+	const hold = 30 * time.Second
+	return func(ctx context.Context) (func(), error) {
+		for attempt := 0; ; attempt++ {
+			l, err := s.cfg.Directory.GrantLease(ctx, &dpb.GrantLeaseRequest{Name: name, HolderNode: s.cfg.Node,
+				HolderEpoch: s.cfg.NodeEpoch(), DurationMs: hold.Milliseconds()})
+			if err == nil {
+				return func() {
+					rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					_, _ = s.cfg.Directory.ReleaseLease(rctx, &dpb.ReleaseLeaseRequest{Name: name, HolderNode: s.cfg.Node, LeaseEpoch: l.GetEpoch()})
+				}, nil
+			}
+			if c := directory.CodeOf(err); c != dpb.ErrorCode_LEASE_HELD && c != dpb.ErrorCode_CONFLICT && c != -1 {
+				return nil, err
+			}
+			if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+func backoff(attempt int) time.Duration {
+	d := time.Millisecond << min(attempt, 9)
+	return min(d, 500*time.Millisecond)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// followMap acquires the tables the delegation map gives this server and
+// drops those it no longer does.
+func (s *Server) followMap(ctx context.Context) {
+	dm, err := s.cfg.Directory.GetDelegationMap(ctx, &dpb.GetDelegationMapRequest{})
+	if err != nil {
+		s.log.Debug("reading the delegation map", "err", err)
+		return
+	}
+	mine := map[uint64]*dpb.Delegation{}
+	for _, d := range dm.GetDelegations() {
+		if d.GetOwnerNode() == s.cfg.Node {
+			mine[d.GetTableId()] = d
+		}
+	}
+	s.leaseMu.Lock()
+	var lost []*lease
+	for id, l := range s.leases {
+		if d, ok := mine[id]; !ok || d.GetEpoch() != l.epoch {
+			lost = append(lost, l)
+			delete(s.leases, id)
+		}
+	}
+	var gained []*dpb.Delegation
+	for id, d := range mine {
+		if _, ok := s.leases[id]; !ok {
+			gained = append(gained, d)
+		}
+	}
+	s.leaseMu.Unlock()
+	for _, l := range lost {
+		s.dropTable(ctx, l)
+	}
+	for _, d := range gained {
+		if err := s.acquire(ctx, d); err != nil {
+			s.log.Warn("acquiring a table", "table", d.GetTableId(), "fs", d.GetFileSystem(), "epoch", d.GetEpoch(), "err", err)
+		}
+	}
+}
+
+// acquire takes table d: its header, then a renewed lease, then serving.
+func (s *Server) acquire(ctx context.Context, d *dpb.Delegation) error {
+	r, err := rangeFromKeys(d.GetStartKey(), d.GetEndKey())
+	if err != nil {
+		return err
+	}
+	st, err := s.fsOf(ctx, d.GetFileSystem())
+	if err != nil {
+		return err
+	}
+	l := &lease{f: d.GetFileSystem(), table: d.GetTableId(), epoch: d.GetEpoch()}
+	if err := st.st.acquire(ctx, assignment{id: l.table, r: r, epoch: l.epoch}); err != nil {
+		return err
+	}
+	s.leaseMu.Lock()
+	s.leases[l.table] = l
+	s.leaseMu.Unlock()
+	// Serve only under a lease counted from before the renewal was sent.
+	s.renew(ctx, st, l)
+	return nil
+}
+
+// dropTable stops serving a table.
+func (s *Server) dropTable(ctx context.Context, l *lease) {
+	s.mu.Lock()
+	st := s.fss[l.f]
+	s.mu.Unlock()
+	if st != nil {
+		st.st.drop(ctx, l.table)
+	}
+}
+
+// renewLeases renews the lease of every table served here.
+func (s *Server) renewLeases(ctx context.Context) {
+	s.leaseMu.Lock()
+	ls := make([]*lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		ls = append(ls, l)
+	}
+	s.leaseMu.Unlock()
+	for _, l := range ls {
+		s.mu.Lock()
+		st := s.fss[l.f]
+		s.mu.Unlock()
+		if st != nil {
+			s.renew(ctx, st, l)
+		}
+	}
+}
+
+// renew extends table l's lease; the table is served until the lease's
+// holder deadline, measured from before the request was sent. A lease
+// the directory refuses (the table moved, expired) stops the serving.
+func (s *Server) renew(ctx context.Context, st *fsState, l *lease) {
+	sent := time.Now()
+	ms := s.cfg.LeaseDuration.Milliseconds()
+	_, err := s.cfg.Directory.RenewDelegation(ctx, &dpb.RenewDelegationRequest{TableId: l.table, Epoch: l.epoch, OwnerNode: s.cfg.Node, LeaseDurationMs: ms})
+	if err == nil {
+		st.st.setLease(l.table, l.epoch, directory.HolderDeadline(sent, ms))
+		return
+	}
+	switch directory.CodeOf(err) {
+	case dpb.ErrorCode_STALE_EPOCH, dpb.ErrorCode_NOT_FOUND:
+		s.log.Info("lost a table's delegation", "table", l.table, "epoch", l.epoch, "err", err)
+		s.leaseMu.Lock()
+		if s.leases[l.table] == l {
+			delete(s.leases, l.table)
+		}
+		s.leaseMu.Unlock()
+		st.st.drop(ctx, l.table)
+	case dpb.ErrorCode_EXPIRED:
+		// Nobody took it yet: take it again, at a new epoch (the old one
+		// was not served past its deadline).
+		s.log.Warn("a table's lease expired before its renewal; taking it again", "table", l.table, "epoch", l.epoch)
+		d, err := s.regrant(ctx, l)
+		if err == nil {
+			err = s.acquire(ctx, d)
+		}
+		if err != nil {
+			s.log.Warn("taking back an expired table", "table", l.table, "err", err)
+		}
+	default:
+		s.log.Debug("renewing a table's lease", "table", l.table, "err", err)
+	}
+}
+
+func (s *Server) regrant(ctx context.Context, l *lease) (*dpb.Delegation, error) {
+	dm, err := s.cfg.Directory.GetDelegationMap(ctx, &dpb.GetDelegationMapRequest{FileSystem: l.f})
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range dm.GetDelegations() {
+		if d.GetTableId() == l.table && d.GetEpoch() == l.epoch {
+			return s.cfg.Directory.SetDelegation(ctx, &dpb.SetDelegationRequest{TableId: l.table, FileSystem: l.f,
+				StartKey: d.GetStartKey(), EndKey: d.GetEndKey(), OwnerNode: s.cfg.Node,
+				LeaseDurationMs: s.cfg.LeaseDuration.Milliseconds(), ExpectedEpoch: l.epoch, RequireExpired: true})
+		}
+	}
+	return nil, fmt.Errorf("table %d is no longer at epoch %d", l.table, l.epoch)
+}
+
+// pollFrozen reads the headers of frozen tables until a snapshot thaws
+// them.
+func (s *Server) pollFrozen(ctx context.Context) {
+	s.mu.Lock()
+	sts := make([]*fsState, 0, len(s.fss))
+	for _, st := range s.fss {
+		sts = append(sts, st)
+	}
+	s.mu.Unlock()
+	for _, st := range sts {
+		st.st.refreshFrozen(ctx)
+		s.completeFrozen(ctx, st)
+	}
+}
+
+// reclaim reclaims, in each table served here, the orphans of sessions
+// that expired; the server of each file system's first table also deletes
+// its queued blobs.
+func (s *Server) reclaim(ctx context.Context) {
+	s.mu.Lock()
+	sts := make([]*fsState, 0, len(s.fss))
+	for _, st := range s.fss {
+		sts = append(sts, st)
+	}
+	s.mu.Unlock()
+	for _, st := range sts {
+		for _, t := range st.st.owned() {
+			if err := st.live.ReclaimOrphansIn(ctx, t.r, false); err != nil {
+				s.log.Warn("reclaiming orphans", "fs", st.f, "table", t.id, "err", err)
+			}
+			if t.r.Lo == 0 {
+				if err := st.live.DeleteQueuedBlobs(ctx); err != nil {
+					s.log.Warn("deleting queued blobs", "fs", st.f, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// metaNodes returns the live nodes that run metadata servers.
+func metaNodes(nodes []*dpb.Node) []*dpb.Node {
+	var out []*dpb.Node
+	for _, n := range nodes {
+		if n.GetState() == dpb.NodeState_NODE_STATE_ALIVE && slices.Contains(n.GetRoles(), RoleMeta) {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -1,0 +1,401 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/fs"
+	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
+)
+
+// The file-system operations of the Meta service. Each request names its
+// file system and a directory id it is routed by (the directory of a
+// name, the object of an attribute); the server answers it only if it
+// serves that id's table, else NOT_OWNER. Recorded requests (the ones that
+// are not idempotent: creates, links, removes, renames, exclusive xattr
+// changes) carry a request id; the first transaction of their operation
+// writes it into a reply record of the table, so a retry after a failover
+// finds it and is answered without running again (FSS §8).
+
+// request describes one file-system request to run.
+type request struct {
+	hdr *pb.Header
+	// d is the directory id the request is routed by.
+	d uint64
+	// recorded requests apply once (a reply record).
+	recorded bool
+	create   bool
+}
+
+// run runs fn for req on the engine of its file system and snapshot, as
+// its session; a retried recorded request whose record is there runs
+// rebuild instead, which answers from the current state.
+func (s *Server) run(ctx context.Context, req request, fn, rebuild func(ctx context.Context, f *fs.FS) error) *pb.Error {
+	h := req.hdr
+	if h == nil {
+		return errorToPB(invalidf("no request header"))
+	}
+	st, err := s.fsOf(ctx, h.GetFs())
+	if err != nil {
+		return errorToPB(err)
+	}
+	t, ok := st.st.serves(req.d)
+	if !ok {
+		return errorToPB(fmt.Errorf("%w: directory %#x of file system %d", errNotOwner, req.d, h.GetFs()))
+	}
+	engine, err := s.engine(ctx, st, h.GetSnapshot())
+	if err != nil {
+		return errorToPB(err)
+	}
+	ctx = fs.WithSession(ctx, h.GetSession())
+	st.stats.count(t.id, req.create)
+	if req.recorded && h.GetSeq() != 0 && h.GetSnapshot() == 0 {
+		key := replyKey(st.f, t.r.Lo, h.GetSession(), h.GetSlot())
+		done, dup, err := s.claim(ctx, st, key, h)
+		if err != nil {
+			return errorToPB(err)
+		}
+		defer done()
+		if dup {
+			return errorToPB(rebuild(ctx, engine))
+		}
+		ctx = withReply(ctx, &replyTag{key: key, seq: h.GetSeq()})
+	}
+	err = fn(ctx, engine)
+	var foreign *ForeignError
+	if errors.As(err, &foreign) {
+		if _, still := st.st.serves(req.d); still {
+			// The operation needs a table served elsewhere as well.
+			err = fmt.Errorf("%w: %w", errRetry, err)
+		}
+	}
+	return errorToPB(err)
+}
+
+// claim makes the server the only one running the request of a session's
+// slot, and tells whether its reply record says it was applied already
+// (dup). done ends the claim.
+func (s *Server) claim(ctx context.Context, st *fsState, key []byte, h *pb.Header) (done func(), dup bool, err error) {
+	k := [2]uint64{h.GetSession(), h.GetSlot()}
+	for {
+		s.inflightMu.Lock()
+		c := s.inflight[k]
+		if c == nil {
+			c = &call{seq: h.GetSeq(), done: make(chan struct{})}
+			s.inflight[k] = c
+			s.inflightMu.Unlock()
+			done = func() {
+				s.inflightMu.Lock()
+				delete(s.inflight, k)
+				s.inflightMu.Unlock()
+				close(c.done)
+			}
+			break
+		}
+		s.inflightMu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	var rec *replyRecord
+	err = st.st.View(ctx, func(tx fs.MetaTxn) error {
+		v, ok, err := tx.Get(key)
+		if err != nil || !ok {
+			return err
+		}
+		rec, err = decodeReply(v)
+		return err
+	})
+	switch {
+	case err != nil:
+		done()
+		return nil, false, err
+	case rec != nil && rec.Seq == h.GetSeq():
+		return done, true, nil
+	case rec != nil && rec.Seq > h.GetSeq():
+		done()
+		return nil, false, invalidf("request %d of slot %d of session %d is older than the slot's last applied (%d)", h.GetSeq(), h.GetSlot(), h.GetSession(), rec.Seq)
+	}
+	return done, false, nil
+}
+
+func attrResponse(e *pb.Error, a fs.Attr) *pb.AttrResponse {
+	if e != nil {
+		return &pb.AttrResponse{Error: e}
+	}
+	return &pb.AttrResponse{Attr: attrToPB(a)}
+}
+
+// Lookup implements pb.MetaServer.
+func (s *Server) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.AttrResponse, error) {
+	var a fs.Attr
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetDir().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
+		a, err = f.Lookup(ctx, handleFromPB(req.GetDir()), req.GetName())
+		return err
+	}, nil)
+	return attrResponse(e, a), nil
+}
+
+// GetAttr implements pb.MetaServer.
+func (s *Server) GetAttr(ctx context.Context, req *pb.GetAttrRequest) (*pb.AttrResponse, error) {
+	var a fs.Attr
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
+		a, err = f.GetAttr(ctx, handleFromPB(req.GetHandle()))
+		return err
+	}, nil)
+	return attrResponse(e, a), nil
+}
+
+// SetAttr implements pb.MetaServer.
+func (s *Server) SetAttr(ctx context.Context, req *pb.SetAttrRequest) (*pb.AttrResponse, error) {
+	in := fs.SetAttrIn{Valid: req.GetValid(), Mode: req.GetMode(), Uid: req.GetUid(), Gid: req.GetGid(), Size: req.GetSize(),
+		Atime: time.Unix(0, req.GetAtimeNs()), Mtime: time.Unix(0, req.GetMtimeNs()), Ctime: time.Unix(0, req.GetCtimeNs())}
+	var a fs.Attr
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
+		a, err = f.SetAttr(ctx, handleFromPB(req.GetHandle()), in)
+		return err
+	}, nil)
+	return attrResponse(e, a), nil
+}
+
+// Create implements pb.MetaServer: files, nodes, directories, symlinks.
+func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrResponse, error) {
+	dir := handleFromPB(req.GetDir())
+	cred := fs.Cred{Uid: req.GetCred().GetUid(), Gid: req.GetCred().GetGid()}
+	var a fs.Attr
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true, create: true}, func(ctx context.Context, f *fs.FS) (err error) {
+		switch req.GetKind() {
+		case pb.CreateRequest_FILE:
+			if a, err = f.Create(ctx, dir, req.GetName(), req.GetMode(), cred); err == nil && req.GetOpen() {
+				f.OpenNew(ctx, a.Handle)
+			}
+		case pb.CreateRequest_NODE:
+			a, err = f.Mknod(ctx, dir, req.GetName(), req.GetMode(), req.GetRdev(), cred)
+		case pb.CreateRequest_DIRECTORY:
+			a, err = f.Mkdir(ctx, dir, req.GetName(), req.GetMode(), cred)
+		case pb.CreateRequest_SYMLINK:
+			a, err = f.Symlink(ctx, dir, req.GetName(), req.GetTarget(), cred)
+		default:
+			err = invalidf("create of kind %v", req.GetKind())
+		}
+		return err
+	}, func(ctx context.Context, f *fs.FS) (err error) {
+		if a, err = f.Lookup(ctx, dir, req.GetName()); err == nil && req.GetOpen() && !a.IsDir() {
+			f.OpenNew(ctx, a.Handle)
+		}
+		return err
+	})
+	return attrResponse(e, a), nil
+}
+
+// Readlink implements pb.MetaServer.
+func (s *Server) Readlink(ctx context.Context, req *pb.ReadlinkRequest) (*pb.ReadlinkResponse, error) {
+	var target string
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
+		target, err = f.Readlink(ctx, handleFromPB(req.GetHandle()))
+		return err
+	}, nil)
+	return &pb.ReadlinkResponse{Error: e, Target: target}, nil
+}
+
+// Link implements pb.MetaServer.
+func (s *Server) Link(ctx context.Context, req *pb.LinkRequest) (*pb.AttrResponse, error) {
+	dir := handleFromPB(req.GetDir())
+	var a fs.Attr
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true}, func(ctx context.Context, f *fs.FS) (err error) {
+		a, err = f.Link(ctx, handleFromPB(req.GetHandle()), dir, req.GetName())
+		return err
+	}, func(ctx context.Context, f *fs.FS) (err error) {
+		a, err = f.Lookup(ctx, dir, req.GetName())
+		return err
+	})
+	return attrResponse(e, a), nil
+}
+
+// Remove implements pb.MetaServer: unlink(2) and rmdir(2).
+func (s *Server) Remove(ctx context.Context, req *pb.RemoveRequest) (*pb.ErrorResponse, error) {
+	dir := handleFromPB(req.GetDir())
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true}, func(ctx context.Context, f *fs.FS) error {
+		if req.GetDirectory() {
+			return f.Rmdir(ctx, dir, req.GetName())
+		}
+		return f.Unlink(ctx, dir, req.GetName())
+	}, func(context.Context, *fs.FS) error { return nil })
+	return &pb.ErrorResponse{Error: e}, nil
+}
+
+// Rename implements pb.MetaServer.
+func (s *Server) Rename(ctx context.Context, req *pb.RenameRequest) (*pb.ErrorResponse, error) {
+	src := handleFromPB(req.GetSrcDir())
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: src.D, recorded: true}, func(ctx context.Context, f *fs.FS) error {
+		return f.Rename(ctx, src, req.GetSrcName(), handleFromPB(req.GetDstDir()), req.GetDstName(), req.GetFlags())
+	}, func(context.Context, *fs.FS) error { return nil })
+	return &pb.ErrorResponse{Error: e}, nil
+}
+
+// ReadDir implements pb.MetaServer (READDIR and READDIRPLUS).
+func (s *Server) ReadDir(ctx context.Context, req *pb.ReadDirRequest) (*pb.ReadDirResponse, error) {
+	dir := handleFromPB(req.GetDir())
+	var out []*pb.DirEntry
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D}, func(ctx context.Context, f *fs.FS) error {
+		out = nil
+		if req.GetPlus() {
+			es, err := f.ReadDirPlus(ctx, dir, req.GetAfter(), int(req.GetMax()))
+			for _, x := range es {
+				de := &pb.DirEntry{Name: x.Name, Handle: handleToPB(x.Handle), Type: x.Type, Cookie: x.Cookie}
+				if x.OK {
+					de.Attr = attrToPB(x.Attr)
+				}
+				out = append(out, de)
+			}
+			return err
+		}
+		es, err := f.ReadDir(ctx, dir, req.GetAfter(), int(req.GetMax()))
+		for _, x := range es {
+			out = append(out, &pb.DirEntry{Name: x.Name, Handle: handleToPB(x.Handle), Type: x.Type, Cookie: x.Cookie})
+		}
+		return err
+	}, nil)
+	return &pb.ReadDirResponse{Error: e, Entries: out}, nil
+}
+
+// Xattr implements pb.MetaServer.
+func (s *Server) Xattr(ctx context.Context, req *pb.XattrRequest) (*pb.XattrResponse, error) {
+	h := handleFromPB(req.GetHandle())
+	resp := &pb.XattrResponse{}
+	r := request{hdr: req.GetHeader(), d: h.D}
+	var fn func(ctx context.Context, f *fs.FS) error
+	var rebuild func(ctx context.Context, f *fs.FS) error
+	switch req.GetOp() {
+	case pb.XattrRequest_GET:
+		fn = func(ctx context.Context, f *fs.FS) (err error) {
+			resp.Value, err = f.GetXattr(ctx, h, req.GetName())
+			return err
+		}
+	case pb.XattrRequest_LIST:
+		fn = func(ctx context.Context, f *fs.FS) (err error) {
+			resp.Names, err = f.ListXattr(ctx, h)
+			return err
+		}
+	case pb.XattrRequest_SET:
+		r.recorded = true
+		fn = func(ctx context.Context, f *fs.FS) error {
+			return f.SetXattr(ctx, h, req.GetName(), req.GetValue(), req.GetFlags())
+		}
+		rebuild = func(context.Context, *fs.FS) error { return nil }
+	case pb.XattrRequest_REMOVE:
+		r.recorded = true
+		fn = func(ctx context.Context, f *fs.FS) error { return f.RemoveXattr(ctx, h, req.GetName()) }
+		rebuild = func(context.Context, *fs.FS) error { return nil }
+	default:
+		return &pb.XattrResponse{Error: errorToPB(invalidf("xattr operation %v", req.GetOp()))}, nil
+	}
+	if e := s.run(ctx, r, fn, rebuild); e != nil {
+		return &pb.XattrResponse{Error: e}, nil
+	}
+	return resp, nil
+}
+
+// Open implements pb.MetaServer.
+func (s *Server) Open(ctx context.Context, req *pb.OpenRequest) (*pb.AttrResponse, error) {
+	var a fs.Attr
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
+		a, err = f.Open(ctx, handleFromPB(req.GetHandle()))
+		return err
+	}, nil)
+	return attrResponse(e, a), nil
+}
+
+// Release implements pb.MetaServer.
+func (s *Server) Release(ctx context.Context, req *pb.OpenRequest) (*pb.ErrorResponse, error) {
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) error {
+		return f.Release(ctx, handleFromPB(req.GetHandle()))
+	}, nil)
+	return &pb.ErrorResponse{Error: e}, nil
+}
+
+// StatFS implements pb.MetaServer (routed by the root directory).
+func (s *Server) StatFS(ctx context.Context, req *pb.StatFSRequest) (*pb.StatFSResponse, error) {
+	var sf fs.StatFS
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: fs.RootHandle.D}, func(ctx context.Context, f *fs.FS) (err error) {
+		sf, err = f.StatFS(ctx)
+		return err
+	}, nil)
+	return &pb.StatFSResponse{Error: e, Blocks: sf.Blocks, Bfree: sf.Bfree, Bavail: sf.Bavail, Files: sf.Files, Ffree: sf.Ffree,
+		Bsize: sf.Bsize, Frsize: sf.Frsize, NameLen: sf.NameLen}, nil
+}
+
+// FileBlocks implements pb.MetaServer.
+func (s *Server) FileBlocks(ctx context.Context, req *pb.FileBlocksRequest) (*pb.FileBlocksResponse, error) {
+	if n := len(req.GetStarts()); n > maxBlocksPerRequest {
+		return &pb.FileBlocksResponse{Error: errorToPB(invalidf("%d blocks in one request (the bound is %d)", n, maxBlocksPerRequest))}, nil
+	}
+	var state fs.FileState
+	var refs []fs.BlockRef
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
+		state, refs, err = f.FileBlocks(ctx, handleFromPB(req.GetHandle()), req.GetStarts())
+		return err
+	}, nil)
+	if e != nil {
+		return &pb.FileBlocksResponse{Error: e}, nil
+	}
+	resp := &pb.FileBlocksResponse{State: &pb.FileState{Mode: state.Mode, Size: state.Size, BlobExists: state.BlobExists, DataGen: state.DataGen}}
+	if !state.Blob.IsZero() {
+		resp.State.Blob = state.Blob[:]
+	}
+	for _, b := range refs {
+		resp.Blocks = append(resp.Blocks, blockToPB(b))
+	}
+	return resp, nil
+}
+
+// maxBlocksPerRequest bounds the block map pairs one FileBlocks asks for.
+const maxBlocksPerRequest = 4096
+
+// CommitBlocks implements pb.MetaServer.
+func (s *Server) CommitBlocks(ctx context.Context, req *pb.CommitBlocksRequest) (*pb.CommitBlocksResponse, error) {
+	blob, err := guidFromPB(req.GetBlob())
+	if err != nil {
+		return &pb.CommitBlocksResponse{Error: errorToPB(invalidf("%v", err))}, nil
+	}
+	if len(req.GetBlocks()) > fs.MaxBlocksPerCommit {
+		return &pb.CommitBlocksResponse{Error: errorToPB(invalidf("%d blocks in one commit (the bound is %d)", len(req.GetBlocks()), fs.MaxBlocksPerCommit))}, nil
+	}
+	nbs := make([]fs.NewBlock, len(req.GetBlocks()))
+	for i, b := range req.GetBlocks() {
+		nbs[i] = fs.NewBlock{Start: b.GetStart(), Tract: b.GetTract(), Length: b.GetLength(), Base: blockFromPB(b.GetBase())}
+	}
+	var res fs.BlocksCommitted
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
+		res, err = f.CommitBlocks(ctx, handleFromPB(req.GetHandle()), blob, nbs, req.GetSize(), req.GetMtimeNs())
+		return err
+	}, nil)
+	if e != nil {
+		return &pb.CommitBlocksResponse{Error: e}, nil
+	}
+	resp := &pb.CommitBlocksResponse{Size: res.Size, DataGen: res.DataGen}
+	for _, b := range res.Blocks {
+		resp.Blocks = append(resp.Blocks, blockToPB(b))
+	}
+	return resp, nil
+}
+
+// Session implements pb.MetaServer: a client's session record, renewed
+// while it lives (orphans it holds open stay) and ended at unmount.
+func (s *Server) Session(ctx context.Context, req *pb.SessionRequest) (*pb.ErrorResponse, error) {
+	sess := req.GetHeader().GetSession()
+	if sess == 0 {
+		return &pb.ErrorResponse{Error: errorToPB(invalidf("session 0"))}, nil
+	}
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: fs.RootHandle.D}, func(ctx context.Context, f *fs.FS) error {
+		if req.GetEnd() {
+			return f.EndSession(ctx, sess)
+		}
+		return f.RenewSession(ctx, sess)
+	}, nil)
+	return &pb.ErrorResponse{Error: e}, nil
+}
