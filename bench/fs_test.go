@@ -16,7 +16,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/btree/extentstore"
 	"github.com/arbor-storage/arbor/internal/btree/tuple"
-	"github.com/arbor-storage/arbor/internal/client"
+	"github.com/arbor-storage/arbor/internal/fsclient"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/directory"
@@ -339,7 +339,7 @@ func BenchmarkFSSnapshots(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fsys, err := client.NewFS(client.FSConfig{Meta: client.Local{FS: engine, Session: 1}, Data: data})
+	fsys, err := fsclient.NewFS(fsclient.FSConfig{Meta: fsclient.Local{FS: engine, Session: 1}, Data: data})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -427,7 +427,7 @@ func BenchmarkFSSnapshots(b *testing.B) {
 	}
 }
 
-func writeClose(b *testing.B, fsys *client.FS, h fs.Handle, p []byte) {
+func writeClose(b *testing.B, fsys *fsclient.FS, h fs.Handle, p []byte) {
 	ctx := context.Background()
 	if _, err := fsys.Open(ctx, h); err != nil {
 		b.Fatal(err)

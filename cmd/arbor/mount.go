@@ -13,14 +13,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/arbor-storage/arbor/internal/client"
+	"github.com/arbor-storage/arbor/internal/fsclient"
 	"github.com/arbor-storage/arbor/internal/fuse"
 )
 
 // mounted is a file system mounted by this process.
 type mounted struct {
 	m    *fuse.Mount
-	fsys *client.FS
+	fsys *fsclient.FS
 	c    *fsClient
 	log  *slog.Logger
 }
@@ -70,7 +70,7 @@ func mountFS(ctx context.Context, target clusterTarget, opts mountOptions, logge
 	if err != nil {
 		return nil, err
 	}
-	fsys, err := client.NewFS(client.FSConfig{Meta: client.Local{FS: engine, Session: rand.Uint64() | 1}, Data: c.data,
+	fsys, err := fsclient.NewFS(fsclient.FSConfig{Meta: fsclient.Local{FS: engine, Session: rand.Uint64() | 1}, Data: c.data,
 		Snapshot: snap, Logger: logger})
 	if err != nil {
 		return nil, err

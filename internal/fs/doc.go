@@ -2,7 +2,7 @@
 // §4 on the B-tree, POSIX operations on it, file data in tracts of the
 // tract store, and snapshots as versioned pairs. It is the engine a
 // metadata server runs (internal/meta) for the file systems it serves; it
-// knows nothing of FUSE or of the wire. Clients (internal/client) ask it
+// knows nothing of FUSE or of the wire. Clients (internal/fsclient) ask it
 // for metadata and read and write the tracts themselves: FileBlocks gives
 // them a file's block map, CommitBlocks points it at the tracts they
 // wrote. It reaches its stores only through two interfaces it owns
@@ -103,7 +103,7 @@
 // in batches, recorded in the inode (TrimFrom) so a crash is finished
 // later.
 //
-// The client (internal/client) buffers writes per file (write-back) and
+// The client (internal/fsclient) buffers writes per file (write-back) and
 // flushes them on close, fsync, release, and when the buffer is large: one
 // flush writes its blocks' tracts in parallel and commits them ten to a
 // transaction (CommitBlocks), each conditional on the pairs it read, so a

@@ -1,7 +1,7 @@
 // Package fuse mounts an Arbor file system in the kernel through FUSE,
 // with github.com/hanwen/go-fuse/v2 (DESIGN.md §2.7, the FUSE client; FSS
 // §4 presentation layer). It only translates: every operation is one call
-// of the file-system client (internal/client's FS), which asks the
+// of the file-system client (internal/fsclient's FS), which asks the
 // metadata service for metadata and reads and writes tracts itself.
 // Directory listings use READDIRPLUS: the entries come with their
 // attributes in one call, so `ls -l` costs no lookup per entry.
@@ -36,7 +36,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/arbor-storage/arbor/internal/client"
+	"github.com/arbor-storage/arbor/internal/fsclient"
 	"github.com/arbor-storage/arbor/internal/fs"
 )
 
@@ -59,7 +59,7 @@ type Options struct {
 type Mount struct {
 	server *gofuse.Server
 	dir    string
-	fsys   *client.FS
+	fsys   *fsclient.FS
 	log    *slog.Logger
 }
 
@@ -68,7 +68,7 @@ const maxWrite = 1 << 20
 
 // New mounts fsys at dir. The caller keeps ownership of fsys: it closes
 // it after Unmount.
-func New(fsys *client.FS, dir string, opts Options) (*Mount, error) {
+func New(fsys *fsclient.FS, dir string, opts Options) (*Mount, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -160,7 +160,7 @@ func Mounted(dir string) bool {
 
 // root is what every node of one mount shares.
 type root struct {
-	fsys     *client.FS
+	fsys     *fsclient.FS
 	log      *slog.Logger
 	snapshot bool
 

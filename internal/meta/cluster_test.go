@@ -14,14 +14,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/arbor-storage/arbor/internal/btree"
-	"github.com/arbor-storage/arbor/internal/client"
-	"github.com/arbor-storage/arbor/internal/client/clienttest"
+	"github.com/arbor-storage/arbor/internal/fsclient"
+	"github.com/arbor-storage/arbor/internal/fsclient/fsclienttest"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/directory/directorytest"
 	"github.com/arbor-storage/arbor/internal/fs"
 )
 
-var _ client.Metadata = (*FSClient)(nil)
+var _ fsclient.Metadata = (*FSClient)(nil)
 
 // testCluster is metadata servers in the test's process: a real directory
 // group (directorytest), one B-tree in memory shared by every server (each
@@ -132,12 +132,12 @@ func (c *testCluster) owner(ctx context.Context, f, d uint64) uint64 {
 	return 0
 }
 
-// clusterFS is a file system of a testCluster as clienttest sees it.
+// clusterFS is a file system of a testCluster as fsclienttest sees it.
 type clusterFS struct {
 	c       *testCluster
 	f       uint64
 	session uint64
-	main    *client.FS
+	main    *fsclient.FS
 }
 
 func (c *testCluster) newFS(name string) *clusterFS {
@@ -153,11 +153,11 @@ func (c *testCluster) newFS(name string) *clusterFS {
 	return x
 }
 
-func (x *clusterFS) mount(snap uint64) *client.FS {
+func (x *clusterFS) mount(snap uint64) *fsclient.FS {
 	x.c.t.Helper()
 	x.session++
 	m := x.c.client.FileSystem(x.f, snap, rand.Uint64()|1)
-	fsys, err := client.NewFS(client.FSConfig{Meta: m, Data: x.c.data, Snapshot: snap})
+	fsys, err := fsclient.NewFS(fsclient.FSConfig{Meta: m, Data: x.c.data, Snapshot: snap})
 	if err != nil {
 		x.c.t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func (x *clusterFS) mount(snap uint64) *client.FS {
 	return fsys
 }
 
-func (x *clusterFS) FS() *client.FS { return x.main }
+func (x *clusterFS) FS() *fsclient.FS { return x.main }
 
 func (x *clusterFS) CreateSnapshot(ctx context.Context, name string) (uint64, error) {
 	return x.c.client.CreateSnapshot(ctx, x.f, name)
@@ -181,7 +181,7 @@ func (x *clusterFS) DeleteSnapshot(ctx context.Context, n uint64) error {
 	return err
 }
 
-func (x *clusterFS) OpenSnapshot(_ testing.TB, n uint64) *client.FS { return x.mount(n) }
+func (x *clusterFS) OpenSnapshot(_ testing.TB, n uint64) *fsclient.FS { return x.mount(n) }
 
 func (x *clusterFS) Check(ctx context.Context) (*fs.CheckReport, error) {
 	return x.c.client.Check(ctx, x.f, true)
@@ -191,7 +191,7 @@ func (x *clusterFS) Check(ctx context.Context) (*fs.CheckReport, error) {
 // over gRPC, with no failure: the protocol, the client's routing and the
 // servers' tables.
 func TestServersModel(t *testing.T) {
-	seed := clienttest.Seed(t)
+	seed := fsclienttest.Seed(t)
 	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
 	c := newTestCluster(t, 3)
 	x := c.newFS("model")
@@ -199,7 +199,7 @@ func TestServersModel(t *testing.T) {
 	if testing.Short() {
 		steps = 400
 	}
-	rep := clienttest.Run(t, x, clienttest.Options{Seed: seed, Steps: steps,
+	rep := fsclienttest.Run(t, x, fsclienttest.Options{Seed: seed, Steps: steps,
 		DataTracts: func() int { _, tracts, _ := c.data.Usage(); return tracts }})
 	t.Logf("ops %v; %d objects, %d tracts", rep.Ops, rep.Objects, rep.Tracts)
 }
@@ -209,7 +209,7 @@ func TestServersModel(t *testing.T) {
 // moves to a live server when its lease runs out, the client follows, and
 // every operation is applied exactly once.
 func TestServersModelOwnerKills(t *testing.T) {
-	seed := clienttest.Seed(t)
+	seed := fsclienttest.Seed(t)
 	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
 	c := newTestCluster(t, 3)
 	x := c.newFS("kills")
@@ -219,7 +219,7 @@ func TestServersModelOwnerKills(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(seed, 5))
 	kills := 0
-	rep := clienttest.Run(t, x, clienttest.Options{Seed: seed, Steps: steps,
+	rep := fsclienttest.Run(t, x, fsclienttest.Options{Seed: seed, Steps: steps,
 		DataTracts: func() int { _, tracts, _ := c.data.Usage(); return tracts },
 		Between: func(step int) {
 			if step%150 != 149 {

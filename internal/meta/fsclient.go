@@ -216,21 +216,21 @@ func (m *FSClient) attrCall(ctx context.Context, d uint64, record bool, send fun
 	return attrOf(resp, err)
 }
 
-// Lookup implements client.Metadata.
+// Lookup implements fsclient.Metadata.
 func (m *FSClient) Lookup(ctx context.Context, dir fs.Handle, name string) (fs.Attr, error) {
 	return m.attrCall(ctx, dir.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.Lookup(ctx, &pb.LookupRequest{Header: h, Dir: handleToPB(dir), Name: name})
 	})
 }
 
-// GetAttr implements client.Metadata.
+// GetAttr implements fsclient.Metadata.
 func (m *FSClient) GetAttr(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
 	return m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.GetAttr(ctx, &pb.GetAttrRequest{Header: h, Handle: handleToPB(hd)})
 	})
 }
 
-// SetAttr implements client.Metadata.
+// SetAttr implements fsclient.Metadata.
 func (m *FSClient) SetAttr(ctx context.Context, hd fs.Handle, in fs.SetAttrIn) (fs.Attr, error) {
 	return m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.SetAttr(ctx, &pb.SetAttrRequest{Header: h, Handle: handleToPB(hd), Valid: in.Valid, Mode: in.Mode, Uid: in.Uid,
@@ -245,7 +245,7 @@ func (m *FSClient) create(ctx context.Context, req *pb.CreateRequest) (fs.Attr, 
 	})
 }
 
-// Create implements client.Metadata.
+// Create implements fsclient.Metadata.
 func (m *FSClient) Create(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred, open bool) (fs.Attr, error) {
 	a, err := m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_FILE, Dir: handleToPB(dir), Name: name, Mode: mode,
 		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}, Open: open})
@@ -255,25 +255,25 @@ func (m *FSClient) Create(ctx context.Context, dir fs.Handle, name string, mode 
 	return a, err
 }
 
-// Mknod implements client.Metadata.
+// Mknod implements fsclient.Metadata.
 func (m *FSClient) Mknod(ctx context.Context, dir fs.Handle, name string, mode uint32, rdev uint64, cred fs.Cred) (fs.Attr, error) {
 	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_NODE, Dir: handleToPB(dir), Name: name, Mode: mode, Rdev: rdev,
 		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}})
 }
 
-// Mkdir implements client.Metadata.
+// Mkdir implements fsclient.Metadata.
 func (m *FSClient) Mkdir(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, error) {
 	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_DIRECTORY, Dir: handleToPB(dir), Name: name, Mode: mode,
 		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}})
 }
 
-// Symlink implements client.Metadata.
+// Symlink implements fsclient.Metadata.
 func (m *FSClient) Symlink(ctx context.Context, dir fs.Handle, name, target string, cred fs.Cred) (fs.Attr, error) {
 	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_SYMLINK, Dir: handleToPB(dir), Name: name, Target: target,
 		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}})
 }
 
-// Readlink implements client.Metadata.
+// Readlink implements fsclient.Metadata.
 func (m *FSClient) Readlink(ctx context.Context, hd fs.Handle) (string, error) {
 	var target string
 	err := m.call(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
@@ -284,7 +284,7 @@ func (m *FSClient) Readlink(ctx context.Context, hd fs.Handle) (string, error) {
 	return target, err
 }
 
-// Link implements client.Metadata.
+// Link implements fsclient.Metadata.
 func (m *FSClient) Link(ctx context.Context, hd, dir fs.Handle, name string) (fs.Attr, error) {
 	return m.attrCall(ctx, dir.D, true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.Link(ctx, &pb.LinkRequest{Header: h, Handle: handleToPB(hd), Dir: handleToPB(dir), Name: name})
@@ -298,17 +298,17 @@ func (m *FSClient) remove(ctx context.Context, dir fs.Handle, name string, direc
 	})
 }
 
-// Unlink implements client.Metadata.
+// Unlink implements fsclient.Metadata.
 func (m *FSClient) Unlink(ctx context.Context, dir fs.Handle, name string) error {
 	return m.remove(ctx, dir, name, false)
 }
 
-// Rmdir implements client.Metadata.
+// Rmdir implements fsclient.Metadata.
 func (m *FSClient) Rmdir(ctx context.Context, dir fs.Handle, name string) error {
 	return m.remove(ctx, dir, name, true)
 }
 
-// Rename implements client.Metadata.
+// Rename implements fsclient.Metadata.
 func (m *FSClient) Rename(ctx context.Context, srcDir fs.Handle, srcName string, dstDir fs.Handle, dstName string, flags uint32) error {
 	return m.callRecorded(ctx, srcDir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
 		resp, err := cl.Rename(ctx, &pb.RenameRequest{Header: h, SrcDir: handleToPB(srcDir), SrcName: srcName,
@@ -327,7 +327,7 @@ func (m *FSClient) readDir(ctx context.Context, dir fs.Handle, after uint64, max
 	return out, err
 }
 
-// ReadDir implements client.Metadata.
+// ReadDir implements fsclient.Metadata.
 func (m *FSClient) ReadDir(ctx context.Context, dir fs.Handle, after uint64, max int) ([]fs.DirEntry, error) {
 	es, err := m.readDir(ctx, dir, after, max, false)
 	if err != nil {
@@ -340,7 +340,7 @@ func (m *FSClient) ReadDir(ctx context.Context, dir fs.Handle, after uint64, max
 	return out, nil
 }
 
-// ReadDirPlus implements client.Metadata.
+// ReadDirPlus implements fsclient.Metadata.
 func (m *FSClient) ReadDirPlus(ctx context.Context, dir fs.Handle, after uint64, max int) ([]fs.DirEntryPlus, error) {
 	es, err := m.readDir(ctx, dir, after, max, true)
 	if err != nil {
@@ -377,7 +377,7 @@ func (m *FSClient) xattr(ctx context.Context, req *pb.XattrRequest) (*pb.XattrRe
 	return out, err
 }
 
-// GetXattr implements client.Metadata.
+// GetXattr implements fsclient.Metadata.
 func (m *FSClient) GetXattr(ctx context.Context, h fs.Handle, name string) ([]byte, error) {
 	resp, err := m.xattr(ctx, &pb.XattrRequest{Op: pb.XattrRequest_GET, Handle: handleToPB(h), Name: name})
 	if resp.GetValue() == nil && err == nil {
@@ -386,25 +386,25 @@ func (m *FSClient) GetXattr(ctx context.Context, h fs.Handle, name string) ([]by
 	return resp.GetValue(), err
 }
 
-// SetXattr implements client.Metadata.
+// SetXattr implements fsclient.Metadata.
 func (m *FSClient) SetXattr(ctx context.Context, h fs.Handle, name string, value []byte, flags uint32) error {
 	_, err := m.xattr(ctx, &pb.XattrRequest{Op: pb.XattrRequest_SET, Handle: handleToPB(h), Name: name, Value: value, Flags: flags})
 	return err
 }
 
-// ListXattr implements client.Metadata.
+// ListXattr implements fsclient.Metadata.
 func (m *FSClient) ListXattr(ctx context.Context, h fs.Handle) ([]string, error) {
 	resp, err := m.xattr(ctx, &pb.XattrRequest{Op: pb.XattrRequest_LIST, Handle: handleToPB(h)})
 	return resp.GetNames(), err
 }
 
-// RemoveXattr implements client.Metadata.
+// RemoveXattr implements fsclient.Metadata.
 func (m *FSClient) RemoveXattr(ctx context.Context, h fs.Handle, name string) error {
 	_, err := m.xattr(ctx, &pb.XattrRequest{Op: pb.XattrRequest_REMOVE, Handle: handleToPB(h), Name: name})
 	return err
 }
 
-// Open implements client.Metadata.
+// Open implements fsclient.Metadata.
 func (m *FSClient) Open(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
 	a, err := m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.Open(ctx, &pb.OpenRequest{Header: h, Handle: handleToPB(hd)})
@@ -415,7 +415,7 @@ func (m *FSClient) Open(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
 	return a, err
 }
 
-// Release implements client.Metadata.
+// Release implements fsclient.Metadata.
 func (m *FSClient) Release(ctx context.Context, hd fs.Handle) error {
 	m.opened(hd, false)
 	return m.call(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
@@ -424,7 +424,7 @@ func (m *FSClient) Release(ctx context.Context, hd fs.Handle) error {
 	})
 }
 
-// StatFS implements client.Metadata.
+// StatFS implements fsclient.Metadata.
 func (m *FSClient) StatFS(ctx context.Context) (fs.StatFS, error) {
 	var out fs.StatFS
 	err := m.call(ctx, fs.RootHandle.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
@@ -436,7 +436,7 @@ func (m *FSClient) StatFS(ctx context.Context) (fs.StatFS, error) {
 	return out, err
 }
 
-// FileBlocks implements client.Metadata.
+// FileBlocks implements fsclient.Metadata.
 func (m *FSClient) FileBlocks(ctx context.Context, hd fs.Handle, starts []uint64) (fs.FileState, []fs.BlockRef, error) {
 	var resp *pb.FileBlocksResponse
 	err := m.call(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
@@ -463,7 +463,7 @@ func (m *FSClient) FileBlocks(ctx context.Context, hd fs.Handle, starts []uint64
 	return state, refs, nil
 }
 
-// CommitBlocks implements client.Metadata. A retry of a commit that was
+// CommitBlocks implements fsclient.Metadata. A retry of a commit that was
 // applied finds its blocks changed (by itself) and fails with
 // fs.ErrRaced; the client's flush then writes them again, which is
 // idempotent.

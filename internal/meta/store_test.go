@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/btree"
-	"github.com/arbor-storage/arbor/internal/client"
-	"github.com/arbor-storage/arbor/internal/client/clienttest"
+	"github.com/arbor-storage/arbor/internal/fsclient"
+	"github.com/arbor-storage/arbor/internal/fsclient/fsclienttest"
 	"github.com/arbor-storage/arbor/internal/fs"
 )
 
@@ -31,7 +31,7 @@ type storeEnv struct {
 	direct  *fs.FS
 	session atomic.Uint64
 	nextSn  uint64
-	main    *client.FS
+	main    *fsclient.FS
 	renames sync.Mutex
 }
 
@@ -111,16 +111,16 @@ func (e *storeEnv) open(snapshot uint64) *fs.FS {
 	return f
 }
 
-func (e *storeEnv) client(engine *fs.FS, snapshot uint64) *client.FS {
+func (e *storeEnv) client(engine *fs.FS, snapshot uint64) *fsclient.FS {
 	e.t.Helper()
-	c, err := client.NewFS(client.FSConfig{Meta: client.Local{FS: engine, Session: e.session.Add(1)}, Data: e.data, Snapshot: snapshot})
+	c, err := fsclient.NewFS(fsclient.FSConfig{Meta: fsclient.Local{FS: engine, Session: e.session.Add(1)}, Data: e.data, Snapshot: snapshot})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return c
 }
 
-func (e *storeEnv) FS() *client.FS { return e.main }
+func (e *storeEnv) FS() *fsclient.FS { return e.main }
 
 func (e *storeEnv) CreateSnapshot(ctx context.Context, name string) (uint64, error) {
 	e.nextSn++
@@ -142,7 +142,7 @@ func (e *storeEnv) DeleteSnapshot(ctx context.Context, n uint64) error {
 	return e.direct.RemoveSnapshotRecord(ctx, n)
 }
 
-func (e *storeEnv) OpenSnapshot(t testing.TB, n uint64) *client.FS { return e.client(e.open(n), n) }
+func (e *storeEnv) OpenSnapshot(t testing.TB, n uint64) *fsclient.FS { return e.client(e.open(n), n) }
 
 func (e *storeEnv) Check(ctx context.Context) (*fs.CheckReport, error) {
 	return e.direct.Check(ctx, fs.CheckOptions{Data: true})
@@ -152,14 +152,14 @@ func (e *storeEnv) Check(ctx context.Context) (*fs.CheckReport, error) {
 // from its cache, every write through group commit, snapshots through
 // freezing and thawing its table.
 func TestStoreModel(t *testing.T) {
-	seed := clienttest.Seed(t)
+	seed := fsclienttest.Seed(t)
 	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
 	steps := 2000
 	if testing.Short() {
 		steps = 600
 	}
 	e := newStoreEnv(t, 64<<10)
-	rep := clienttest.Run(t, e, clienttest.Options{Seed: seed, Steps: steps,
+	rep := fsclienttest.Run(t, e, fsclienttest.Options{Seed: seed, Steps: steps,
 		DataTracts: func() int { _, tracts, _ := e.data.Usage(); return tracts }})
 	m := e.tree.Metrics()
 	t.Logf("ops %v; %d objects, %d tracts; %d commits for %d operations, %d aborts, %d loads; tree: %d commits, %d leaf cache hits, %d page reads",

@@ -1,10 +1,10 @@
-// Package clienttest is the model test of a file system as its clients
-// see it (internal/client's FS): random POSIX operations, data included,
+// Package fsclienttest is the model test of a file system as its clients
+// see it (internal/fsclient's FS): random POSIX operations, data included,
 // checked one by one against a plain tree in memory, with snapshots and a
 // final fsck (STYLE.md §6). It runs over anything that serves a file
-// system: a file system run in process (internal/client's tests) or
+// system: a file system run in process (internal/fsclient's tests) or
 // metadata servers with failures injected (internal/meta's tests).
-package clienttest
+package fsclienttest
 
 import (
 	"bytes"
@@ -19,20 +19,20 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/arbor-storage/arbor/internal/client"
+	"github.com/arbor-storage/arbor/internal/fsclient"
 	"github.com/arbor-storage/arbor/internal/fs"
 )
 
 // System is a file system under test.
 type System interface {
 	// FS is the client the operations go through.
-	FS() *client.FS
+	FS() *fsclient.FS
 	// CreateSnapshot takes a snapshot named name and returns its number.
 	CreateSnapshot(ctx context.Context, name string) (uint64, error)
 	// DeleteSnapshot deletes snapshot n.
 	DeleteSnapshot(ctx context.Context, n uint64) error
 	// OpenSnapshot returns a client that reads snapshot n.
-	OpenSnapshot(t testing.TB, n uint64) *client.FS
+	OpenSnapshot(t testing.TB, n uint64) *fsclient.FS
 	// Check checks the whole file system, data included (fsck).
 	Check(ctx context.Context) (*fs.CheckReport, error)
 }
@@ -251,7 +251,7 @@ type modelRun struct {
 	ctx     context.Context
 	rng     *rand.Rand
 	sys     System
-	f       *client.FS
+	f       *fsclient.FS
 	m       *model
 	handles map[int]fs.Handle // model node id -> handle
 	open    map[int]*openFile
@@ -642,7 +642,7 @@ func firstDiff(a, b []byte) int {
 
 // compare checks that f shows exactly the model's tree: names, types,
 // link counts, permissions, sizes, contents, targets and attributes.
-func (r *modelRun) compare(what string, f *client.FS, m *model) {
+func (r *modelRun) compare(what string, f *fsclient.FS, m *model) {
 	r.t.Helper()
 	ctx := r.ctx
 	links := m.nlinks()

@@ -1,4 +1,4 @@
-package client_test
+package fsclient_test
 
 import (
 	"bytes"
@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbor-storage/arbor/internal/client"
-	"github.com/arbor-storage/arbor/internal/client/clienttest"
+	"github.com/arbor-storage/arbor/internal/fsclient"
+	"github.com/arbor-storage/arbor/internal/fsclient/fsclienttest"
 	"github.com/arbor-storage/arbor/internal/fs"
 )
 
@@ -27,7 +27,7 @@ type local struct {
 	clock   func() time.Time
 	session atomic.Uint64
 	nextSn  uint64
-	main    *client.FS
+	main    *fsclient.FS
 }
 
 func newLocal(t testing.TB, tractSize int) *local {
@@ -55,9 +55,9 @@ func (l *local) open(snapshot uint64) *fs.FS {
 }
 
 // client returns a new client (a new session) of engine.
-func (l *local) client(engine *fs.FS, snapshot uint64) *client.FS {
+func (l *local) client(engine *fs.FS, snapshot uint64) *fsclient.FS {
 	l.t.Helper()
-	c, err := client.NewFS(client.FSConfig{Meta: client.Local{FS: engine, Session: l.session.Add(1)}, Data: l.data,
+	c, err := fsclient.NewFS(fsclient.FSConfig{Meta: fsclient.Local{FS: engine, Session: l.session.Add(1)}, Data: l.data,
 		Snapshot: snapshot, Clock: l.clock})
 	if err != nil {
 		l.t.Fatal(err)
@@ -66,7 +66,7 @@ func (l *local) client(engine *fs.FS, snapshot uint64) *client.FS {
 	return c
 }
 
-func (l *local) FS() *client.FS { return l.main }
+func (l *local) FS() *fsclient.FS { return l.main }
 
 func (l *local) CreateSnapshot(ctx context.Context, name string) (uint64, error) {
 	l.nextSn++
@@ -78,7 +78,7 @@ func (l *local) DeleteSnapshot(ctx context.Context, n uint64) error {
 	return err
 }
 
-func (l *local) OpenSnapshot(t testing.TB, n uint64) *client.FS { return l.client(l.open(n), n) }
+func (l *local) OpenSnapshot(t testing.TB, n uint64) *fsclient.FS { return l.client(l.open(n), n) }
 
 func (l *local) Check(ctx context.Context) (*fs.CheckReport, error) {
 	return l.engine.Check(ctx, fs.CheckOptions{Data: true})
@@ -105,7 +105,7 @@ func wantErrno(t testing.TB, err error, want syscall.Errno) {
 // TestModel runs the model over a file system run in process, with
 // transactions that conflict now and then.
 func TestModel(t *testing.T) {
-	seed := clienttest.Seed(t)
+	seed := fsclienttest.Seed(t)
 	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
 	steps := 3000
 	if testing.Short() {
@@ -115,7 +115,7 @@ func TestModel(t *testing.T) {
 		t.Run(fmt.Sprintf("tract=%d", tractSize), func(t *testing.T) {
 			l := newLocal(t, tractSize)
 			l.meta.SetConflictRate(0.05)
-			rep := clienttest.Run(t, l, clienttest.Options{Seed: seed + uint64(tractSize), Steps: steps,
+			rep := fsclienttest.Run(t, l, fsclienttest.Options{Seed: seed + uint64(tractSize), Steps: steps,
 				DataTracts: func() int { _, tracts, _ := l.data.Usage(); return tracts }})
 			t.Logf("ops %v; %d objects, %d tracts; max values per transaction %d", rep.Ops, rep.Objects, rep.Tracts, l.meta.MaxValues())
 		})
