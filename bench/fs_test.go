@@ -16,16 +16,16 @@ import (
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/btree/extentstore"
 	"github.com/arbor-storage/arbor/internal/btree/tuple"
-	"github.com/arbor-storage/arbor/internal/fsclient"
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/extent"
 	"github.com/arbor-storage/arbor/internal/fs"
+	"github.com/arbor-storage/arbor/internal/fsclient"
 	"github.com/arbor-storage/arbor/internal/fuse"
 	"github.com/arbor-storage/arbor/internal/kv"
-	"github.com/arbor-storage/arbor/internal/server"
 	"github.com/arbor-storage/arbor/internal/tract"
 )
 
@@ -294,7 +294,7 @@ func BenchmarkFSSnapshots(b *testing.B) {
 	bin := devclustertest.Binary(b)
 	c := devclustertest.Start(b, devcluster.Options{Nodes: 5, Binary: bin, ServerArgs: []string{"--log-level=warn"}})
 	ctx := context.Background()
-	opts := server.ClientDialOptions(c.ClusterID())
+	opts := client.DialOptions(c.ClusterID())
 	dir, err := directory.Dial(c.DirectoryAddrs(), opts...)
 	if err != nil {
 		b.Fatal(err)

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/directory"
-	"github.com/arbor-storage/arbor/internal/server"
 	"github.com/arbor-storage/arbor/internal/tract"
 )
 
@@ -77,12 +77,12 @@ func startTractCluster(b *testing.B) *tractBench {
 		ServerArgs: []string{"--heartbeat-interval=500ms", "--node-dead-timeout=4s", "--log-level=warn"},
 		Env:        []string{tract.OptionsEnv + "=manager-settle=1s,manager-tick=500ms,drop-grace=2s"},
 	})
-	dir, err := directory.Dial(c.DirectoryAddrs(), server.ClientDialOptions(c.ClusterID())...)
+	dir, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { dir.Close() })
-	cl, err := tract.NewClient(tract.ClientConfig{Directory: dir, DialOptions: server.ClientDialOptions(c.ClusterID())})
+	cl, err := tract.NewClient(tract.ClientConfig{Directory: dir, DialOptions: client.DialOptions(c.ClusterID())})
 	if err != nil {
 		b.Fatal(err)
 	}

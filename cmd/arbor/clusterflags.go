@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
-	"github.com/arbor-storage/arbor/internal/server"
 )
 
 // clusterEnv names the environment variable that points client commands
@@ -39,7 +39,7 @@ type clusterTarget struct {
 }
 
 // DialOptions are the gRPC dial options for talking to the cluster.
-func (t clusterTarget) DialOptions() []grpc.DialOption { return server.ClientDialOptions(t.ClusterID) }
+func (t clusterTarget) DialOptions() []grpc.DialOption { return client.DialOptions(t.ClusterID) }
 
 // resolve finds the cluster: --cluster, else --dir, else $ARBOR_CLUSTER.
 func (f *clusterFlags) resolve(getenv func(string) string) (clusterTarget, error) {

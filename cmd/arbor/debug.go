@@ -15,9 +15,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/faults/faultspb"
-	"github.com/arbor-storage/arbor/internal/server"
 )
 
 func newDebugCmd(a *app) *cobra.Command {
@@ -188,7 +188,7 @@ func (ft *faultTargets) apply(ctx context.Context, a *app, req *faultspb.SetFaul
 }
 
 func callAdmin(ctx context.Context, addr, clusterID string, req *faultspb.SetFaultsRequest) (*faultspb.FaultsState, error) {
-	cc, err := grpc.NewClient(addr, server.ClientDialOptions(clusterID)...)
+	cc, err := grpc.NewClient(addr, client.DialOptions(clusterID)...)
 	if err != nil {
 		return nil, err
 	}

@@ -10,143 +10,43 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	"github.com/arbor-storage/arbor/internal/btree"
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
-	"github.com/arbor-storage/arbor/internal/extent"
-	"github.com/arbor-storage/arbor/internal/fs"
-	"github.com/arbor-storage/arbor/internal/kv"
-	"github.com/arbor-storage/arbor/internal/tract"
 )
 
-// The file-system commands run the file-system library (internal/fs) in
-// the CLI process, like a mount does.
-//
-// Where the metadata lives: every file system shares the cluster's one
-// B-tree, the KV store's (internal/kv, root in the directory's config
-// "kv/root"); each key of file system F begins with the tuple encoding of
-// F, whose first byte is in 0x14..0x1c. Those leading bytes are reserved
-// for file systems: `arbor kv` users must not write keys starting with
-// them. One tree keeps one set of extents and one root to recover, and
-// FSS runs every file system's schema in one B-tree too.
+// The file-system commands are clients of the metadata servers (through
+// internal/client): file systems, snapshots and fsck are requests to
+// them; a mount asks them for metadata and reads and writes tracts itself.
+// Every file system's metadata lives in the cluster's one B-tree (the KV
+// store's, internal/kv), under keys whose first byte is in 0x14..0x1c: the
+// kv commands refuse those.
 
 // fsOpTimeout bounds a file-system command that is not a mount or fsck.
 const fsOpTimeout = 2 * time.Minute
 
-// fsClient is a command's connection to everything a file system runs on.
-type fsClient struct {
-	dir   *directory.Client
-	ec    *extent.Client
-	tree  *btree.Tree
-	tract *tract.Client
-	data  *fs.TractData
-	meta  fs.MetaStore
+// dialCluster connects to the cluster a command targets.
+func dialCluster(target clusterTarget, logger *slog.Logger) (*client.Cluster, error) {
+	return client.Dial(client.Options{Addrs: target.Addrs, ClusterID: target.ClusterID, Logger: logger})
 }
 
-func (c *fsClient) Close() {
-	c.tree.Close()
-	c.tract.Close()
-	c.ec.Close()
-	c.dir.Close()
-}
-
-// dialFS connects to the cluster and opens its B-tree and tract store.
-func dialFS(ctx context.Context, target clusterTarget, logger *slog.Logger) (*fsClient, error) {
-	opts := target.DialOptions()
-	dir, err := directory.Dial(target.Addrs, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect to the directory: %w", err)
-	}
-	ec, err := extent.NewClient(extent.ClientConfig{Directory: dir, DialOptions: opts, Logger: logger})
-	if err != nil {
-		dir.Close()
-		return nil, fmt.Errorf("extent client: %w", err)
-	}
-	tree, err := kv.OpenOnExtents(ctx, dir, ec, btree.Config{Logger: logger})
-	if err != nil {
-		ec.Close()
-		dir.Close()
-		return nil, fmt.Errorf("open the metadata tree: %w", err)
-	}
-	tc, err := tract.NewClient(tract.ClientConfig{Directory: dir, DialOptions: opts, Logger: logger})
-	if err != nil {
-		tree.Close()
-		ec.Close()
-		dir.Close()
-		return nil, fmt.Errorf("tract client: %w", err)
-	}
-	data, err := fs.NewTractData(ctx, tc, 0)
-	if err != nil {
-		tc.Close()
-		tree.Close()
-		ec.Close()
-		dir.Close()
-		return nil, err
-	}
-	return &fsClient{dir: dir, ec: ec, tree: tree, tract: tc, data: data, meta: fs.BTreeMeta{Tree: tree}}, nil
-}
-
-func isExists(err error) bool {
-	return status.Code(err) == codes.AlreadyExists || directory.CodeOf(err) == dpb.ErrorCode_ALREADY_EXISTS
-}
-
-// lookupFS finds a file system by name in the directory.
-func (c *fsClient) lookupFS(ctx context.Context, name string) (*dpb.FileSystem, error) {
+// createFS creates the file system name, or finds it if it exists.
+func createFS(ctx context.Context, c *client.Cluster, name string) (*dpb.FileSystem, bool, error) {
 	if name == "" {
-		return nil, errors.New("a file system name is required")
+		return nil, false, errors.New("a file system name is required")
 	}
-	f, err := c.dir.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Name: name})
-	if directory.IsNotFound(err) {
-		return nil, fmt.Errorf("no file system named %q (arbor fs list shows them; arbor fs create makes one)", name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("look up file system %q: %w", name, err)
-	}
-	return f, nil
-}
-
-// createFS creates the file system name, or finds it if it exists, and
-// formats its metadata (idempotent).
-func (c *fsClient) createFS(ctx context.Context, name string) (*dpb.FileSystem, bool, error) {
-	created := true
-	f, err := c.dir.CreateFileSystem(ctx, &dpb.CreateFileSystemRequest{Name: name})
-	if isExists(err) {
-		created = false
-		f, err = c.lookupFS(ctx, name)
-	}
+	_, created, err := c.Meta().CreateFileSystem(ctx, name)
 	if err != nil {
 		return nil, false, fmt.Errorf("create file system %q: %w", name, err)
 	}
-	if err := fs.Format(ctx, c.meta, f.GetNumber(), fs.DefaultLayout, time.Now()); err != nil {
-		return nil, false, fmt.Errorf("format file system %q (number %d): %w", name, f.GetNumber(), err)
-	}
-	return f, created, nil
-}
-
-// openFS opens file system f (at snapshot snap if non-zero).
-func (c *fsClient) openFS(ctx context.Context, f *dpb.FileSystem, snap uint64, logger *slog.Logger) (*fs.FS, error) {
-	fsys, err := fs.Open(ctx, fs.Config{Meta: c.meta, Data: c.data, Number: f.GetNumber(), Snapshot: snap, Logger: logger})
-	if err != nil {
-		return nil, fmt.Errorf("open file system %q (number %d): %w", f.GetName(), f.GetNumber(), err)
-	}
-	return fsys, nil
-}
-
-func findSnapshot(f *dpb.FileSystem, name string) (*dpb.Snapshot, error) {
-	for _, s := range f.GetSnapshots() {
-		if s.GetName() == name {
-			return s, nil
-		}
-	}
-	return nil, fmt.Errorf("file system %q has no snapshot named %q (arbor snapshot list %s shows them)", f.GetName(), name, f.GetName())
+	f, err := c.FileSystem(ctx, name)
+	return f, created, err
 }
 
 // fsCommand runs fn with a connection to the cluster, bounded by timeout
 // (0: none).
-func (a *app) fsCommand(cmd *cobra.Command, cf *clusterFlags, timeout time.Duration, fn func(ctx context.Context, c *fsClient) error) error {
+func (a *app) fsCommand(cmd *cobra.Command, cf *clusterFlags, timeout time.Duration, fn func(ctx context.Context, c *client.Cluster) error) error {
 	target, err := cf.resolve(a.getenv)
 	if err != nil {
 		return err
@@ -157,7 +57,7 @@ func (a *app) fsCommand(cmd *cobra.Command, cf *clusterFlags, timeout time.Durat
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	c, err := dialFS(ctx, target, a.logger)
+	c, err := dialCluster(target, a.logger)
 	if err != nil {
 		return err
 	}
@@ -180,8 +80,8 @@ store. Mount one with arbor mount.`,
 		Short: "Create a file system",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fsCommand(cmd, &createF, fsOpTimeout, func(ctx context.Context, c *fsClient) error {
-				f, created, err := c.createFS(ctx, args[0])
+			return a.fsCommand(cmd, &createF, fsOpTimeout, func(ctx context.Context, c *client.Cluster) error {
+				f, created, err := createFS(ctx, c, args[0])
 				if err != nil {
 					return err
 				}
@@ -251,19 +151,16 @@ store. Mount one with arbor mount.`,
 and its directory record. It must not be mounted.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fsCommand(cmd, &deleteF, 0, func(ctx context.Context, c *fsClient) error {
-				f, err := c.lookupFS(ctx, args[0])
+			return a.fsCommand(cmd, &deleteF, 0, func(ctx context.Context, c *client.Cluster) error {
+				f, err := c.FileSystem(ctx, args[0])
 				if err != nil {
 					return err
 				}
-				st, err := fs.Destroy(ctx, c.meta, c.data, f.GetNumber())
+				st, err := c.Meta().DeleteFileSystem(ctx, f.GetName())
 				if err != nil {
-					return err
+					return fmt.Errorf("delete file system %q: %w", f.GetName(), err)
 				}
-				if _, err := c.dir.DeleteFileSystem(ctx, &dpb.DeleteFileSystemRequest{Number: f.GetNumber()}); err != nil && !directory.IsNotFound(err) {
-					return fmt.Errorf("delete the directory record of %q: %w", f.GetName(), err)
-				}
-				fmt.Fprintf(a.stdout, "deleted file system %q (number %d): %d keys, %d blobs\n", f.GetName(), f.GetNumber(), st.Keys, st.Blobs)
+				fmt.Fprintf(a.stdout, "deleted file system %q (number %d): %d keys, %d blobs\n", f.GetName(), f.GetNumber(), st.GetKeys(), st.GetBlobs())
 				return nil
 			})
 		},
@@ -286,30 +183,19 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 		Short: "Take a snapshot of a file system",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fsCommand(cmd, &createF, fsOpTimeout, func(ctx context.Context, c *fsClient) error {
-				f, err := c.lookupFS(ctx, args[0])
+			return a.fsCommand(cmd, &createF, fsOpTimeout, func(ctx context.Context, c *client.Cluster) error {
+				f, err := c.FileSystem(ctx, args[0])
 				if err != nil {
 					return err
 				}
-				if _, err := findSnapshot(f, args[1]); err == nil {
+				if _, err := client.Snapshot(f, args[1]); err == nil {
 					return fmt.Errorf("file system %q has a snapshot named %q", args[0], args[1])
 				}
-				sn, err := c.dir.CreateSnapshot(ctx, &dpb.CreateSnapshotRequest{FileSystem: f.GetNumber(), Name: args[1]})
+				n, err := c.Meta().CreateSnapshot(ctx, f.GetNumber(), args[1])
 				if err != nil {
-					return fmt.Errorf("number the snapshot: %w", err)
+					return fmt.Errorf("take snapshot %q: %w", args[1], err)
 				}
-				fsys, err := c.openFS(ctx, f, 0, a.logger)
-				if err != nil {
-					return err
-				}
-				err = fsys.CreateSnapshot(ctx, sn.GetNumber(), sn.GetName())
-				if err != nil {
-					// Leave the directory as the metadata: without the
-					// snapshot.
-					_, derr := c.dir.DeleteSnapshot(context.WithoutCancel(ctx), &dpb.DeleteSnapshotRequest{FileSystem: f.GetNumber(), Snapshot: sn.GetNumber()})
-					return errors.Join(fmt.Errorf("take snapshot %q: %w", args[1], err), derr)
-				}
-				fmt.Fprintf(a.stdout, "created snapshot %q of %q (number %d)\n", sn.GetName(), f.GetName(), sn.GetNumber())
+				fmt.Fprintf(a.stdout, "created snapshot %q of %q (number %d)\n", args[1], f.GetName(), n)
 				return nil
 			})
 		},
@@ -320,8 +206,8 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 		Short: "List the snapshots of a file system",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fsCommand(cmd, &listF, fsOpTimeout, func(ctx context.Context, c *fsClient) error {
-				f, err := c.lookupFS(ctx, args[0])
+			return a.fsCommand(cmd, &listF, fsOpTimeout, func(ctx context.Context, c *client.Cluster) error {
+				f, err := c.FileSystem(ctx, args[0])
 				if err != nil {
 					return err
 				}
@@ -340,28 +226,21 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 		Short: "Delete a snapshot and reclaim what only it held",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fsCommand(cmd, &deleteF, 0, func(ctx context.Context, c *fsClient) error {
-				f, err := c.lookupFS(ctx, args[0])
+			return a.fsCommand(cmd, &deleteF, 0, func(ctx context.Context, c *client.Cluster) error {
+				f, err := c.FileSystem(ctx, args[0])
 				if err != nil {
 					return err
 				}
-				sn, err := findSnapshot(f, args[1])
+				sn, err := client.Snapshot(f, args[1])
 				if err != nil {
 					return err
 				}
-				fsys, err := c.openFS(ctx, f, 0, a.logger)
-				if err != nil {
-					return err
-				}
-				st, err := fsys.DeleteSnapshot(ctx, sn.GetNumber())
+				st, err := c.Meta().DeleteSnapshot(ctx, f.GetNumber(), sn.GetNumber())
 				if err != nil {
 					return fmt.Errorf("delete snapshot %q: %w", args[1], err)
 				}
-				if _, err := c.dir.DeleteSnapshot(ctx, &dpb.DeleteSnapshotRequest{FileSystem: f.GetNumber(), Snapshot: sn.GetNumber()}); err != nil && !directory.IsNotFound(err) {
-					return fmt.Errorf("delete the directory record of snapshot %q: %w", args[1], err)
-				}
 				fmt.Fprintf(a.stdout, "deleted snapshot %q of %q: %d versions, %d tracts, %d blobs reclaimed\n",
-					args[1], args[0], st.Versions, st.Tracts, st.Blobs)
+					args[1], args[0], st.GetVersions(), st.GetTracts(), st.GetBlobs())
 				return nil
 			})
 		},
@@ -384,16 +263,12 @@ with status 1 if it found a problem. Run it on a quiet file system: changes
 made during the check may show as problems.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fsCommand(cmd, &cf, 0, func(ctx context.Context, c *fsClient) error {
-				f, err := c.lookupFS(ctx, args[0])
+			return a.fsCommand(cmd, &cf, 0, func(ctx context.Context, c *client.Cluster) error {
+				f, err := c.FileSystem(ctx, args[0])
 				if err != nil {
 					return err
 				}
-				fsys, err := fs.Open(ctx, fs.Config{Meta: c.meta, Data: c.data, Number: f.GetNumber(), ReadOnly: true, Logger: a.logger})
-				if err != nil {
-					return fmt.Errorf("open file system %q: %w", args[0], err)
-				}
-				r, err := fsys.Check(ctx, fs.CheckOptions{Data: data})
+				r, err := c.Meta().Check(ctx, f.GetNumber(), data)
 				if err != nil {
 					return fmt.Errorf("check %q: %w", args[0], err)
 				}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"syscall"
@@ -13,15 +12,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/arbor-storage/arbor/internal/fsclient"
+	"github.com/arbor-storage/arbor/internal/client"
+	"github.com/arbor-storage/arbor/internal/fs"
 	"github.com/arbor-storage/arbor/internal/fuse"
 )
 
 // mounted is a file system mounted by this process.
 type mounted struct {
 	m    *fuse.Mount
-	fsys *fsclient.FS
-	c    *fsClient
+	fsys *client.FS
+	c    *client.Cluster
 	log  *slog.Logger
 }
 
@@ -42,7 +42,7 @@ func mountFS(ctx context.Context, target clusterTarget, opts mountOptions, logge
 	if err := prepareMountPoint(opts.dir); err != nil {
 		return nil, err
 	}
-	c, err := dialFS(ctx, target, logger)
+	c, err := dialCluster(target, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -51,35 +51,36 @@ func mountFS(ctx context.Context, target clusterTarget, opts mountOptions, logge
 			c.Close()
 		}
 	}()
-	f, err := c.lookupFS(ctx, opts.fsName)
+	f, err := c.FileSystem(ctx, opts.fsName)
 	if err != nil && opts.create {
-		f, _, err = c.createFS(ctx, opts.fsName)
+		f, _, err = createFS(ctx, c, opts.fsName)
 	}
 	if err != nil {
 		return nil, err
 	}
 	var snap uint64
 	if opts.snapshot != "" {
-		s, err := findSnapshot(f, opts.snapshot)
+		s, err := client.Snapshot(f, opts.snapshot)
 		if err != nil {
 			return nil, err
 		}
 		snap = s.GetNumber()
 	}
-	engine, err := c.openFS(ctx, f, snap, logger)
+	fsys, err := c.OpenFS(ctx, f, snap)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open file system %q: %w", f.GetName(), err)
 	}
-	fsys, err := fsclient.NewFS(fsclient.FSConfig{Meta: fsclient.Local{FS: engine, Session: rand.Uint64() | 1}, Data: c.data,
-		Snapshot: snap, Logger: logger})
-	if err != nil {
-		return nil, err
+	// The first request finds the file system's metadata server: a new
+	// file system's table may take a moment to be served.
+	if _, err := fsys.GetAttr(ctx, fs.RootHandle); err != nil {
+		_ = fsys.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("file system %q: %w", f.GetName(), err)
 	}
 	source := "arbor:" + f.GetName()
 	if opts.snapshot != "" {
 		source += "@" + opts.snapshot
 	}
-	m, err := fuse.New(fsys, opts.dir, fuse.Options{Name: source, AllowOther: opts.allowOther, Debug: opts.debug, Logger: logger})
+	m, err := fuse.New(fsys.FS, opts.dir, fuse.Options{Name: source, AllowOther: opts.allowOther, Debug: opts.debug, Logger: logger})
 	if err != nil {
 		// A mount can fail after the kernel attached it: detach it.
 		if fuse.Mounted(opts.dir) {

@@ -78,7 +78,7 @@ switch (--faults) defaults to $` + faultsEnv + `.`,
 	fl.StringVar(&f.http, "http", "127.0.0.1:7081", "HTTP address for /metrics, /healthz and /debug/pprof")
 	fl.StringVar(&f.domain, "domain", "", "failure domain (host, rack): no two replicas share one (default: host name)")
 	fl.StringVar(&f.disks, "disks", "", "comma-separated directories whose space the storage role serves (default --data-dir)")
-	fl.StringVar(&f.roles, "roles", string(server.RoleStorage), "comma-separated roles: directory, storage")
+	fl.StringVar(&f.roles, "roles", string(server.RoleStorage)+","+string(server.RoleMeta), "comma-separated roles: directory, storage, meta")
 	fl.StringVar(&f.directoryPeers, "directory-peers", "", "the directory group: id=host:port,...")
 	fl.StringVar(&f.tract, "tract", "", "tract store settings, e.g. tract-size=4MiB,replication=3 (default $"+tractEnv+"); the tract size is fixed when the cluster is created")
 	fl.StringVar(&f.faults, "faults", "", "fault injection, e.g. fail=0.01,delay=0.05:1ms-20ms,dup=0.01,methods=REGEX,seed=N (default $"+faultsEnv+")")

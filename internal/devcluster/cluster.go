@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/faults/faultspb"
 	"github.com/arbor-storage/arbor/internal/server"
 )
@@ -711,7 +712,7 @@ func (c *Cluster) Conn(id uint64) (*grpc.ClientConn, error) {
 	if cc := c.conns[n.Addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(n.Addr, server.ClientDialOptions(c.layout.ClusterID)...)
+	cc, err := grpc.NewClient(n.Addr, client.DialOptions(c.layout.ClusterID)...)
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: dial node %d: %w", id, err)
 	}

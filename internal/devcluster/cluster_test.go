@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/faults/faultspb"
@@ -93,7 +94,7 @@ func TestClusterLifeCycle(t *testing.T) {
 		if n.ID != uint64(i+1) || n.Dir != filepath.Join(dir, strconv.Itoa(i+1)) {
 			t.Fatalf("node %d: %+v", i+1, n)
 		}
-		if !slices.Equal(n.Roles, []string{"directory", "storage"}) {
+		if !slices.Equal(n.Roles, []string{"directory", "storage", "meta"}) {
 			t.Fatalf("node %d roles = %v, want all three as directory voters", n.ID, n.Roles)
 		}
 		checkRunning(t, n)
@@ -249,7 +250,7 @@ func TestLayoutChanges(t *testing.T) {
 	}
 	defer c.Close()
 	nodes := c.Nodes()
-	if len(nodes) != 4 || !slices.Equal(nodes[3].Roles, []string{"storage"}) || nodes[3].Addr == "" {
+	if len(nodes) != 4 || !slices.Equal(nodes[3].Roles, []string{"storage", "meta"}) || nodes[3].Addr == "" {
 		t.Fatalf("grown cluster = %+v", nodes)
 	}
 	for i := range first {
@@ -383,7 +384,7 @@ func TestTwoClustersNeverTalk(t *testing.T) {
 		t.Fatalf("two clusters share ports: %+v and %+v", na, nb)
 	}
 	// A tool of cluster b pointed at a's node is refused.
-	cc, err := grpc.NewClient(na.Addr, server.ClientDialOptions(b.ClusterID())...)
+	cc, err := grpc.NewClient(na.Addr, client.DialOptions(b.ClusterID())...)
 	if err != nil {
 		t.Fatal(err)
 	}

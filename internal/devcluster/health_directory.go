@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/directory"
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/server"
@@ -42,7 +43,7 @@ func ClusterHealthy(ctx context.Context, c *Cluster) error {
 
 // DirectoryStatus asks the cluster's directory for its linearizable status.
 func (c *Cluster) DirectoryStatus(ctx context.Context) (*pb.StatusResponse, error) {
-	client, err := directory.Dial(c.DirectoryAddrs(), server.ClientDialOptions(c.ClusterID())...)
+	client, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
 	if err != nil {
 		return nil, err
 	}

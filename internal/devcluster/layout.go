@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -35,6 +36,7 @@ const (
 const (
 	roleDirectory = "directory"
 	roleStorage   = "storage"
+	roleMeta      = "meta"
 )
 
 // layout is the persisted description of a dev cluster (DIR/dev.json).
@@ -98,9 +100,9 @@ func newClusterID() (string, error) {
 }
 
 func newNodeLayout(id uint64, voter bool) nodeLayout {
-	roles := []string{roleStorage}
+	roles := []string{roleStorage, roleMeta}
 	if voter {
-		roles = []string{roleDirectory, roleStorage}
+		roles = []string{roleDirectory, roleStorage, roleMeta}
 	}
 	return nodeLayout{ID: id, Domain: fmt.Sprintf("dev-%d", id), Roles: roles}
 }
@@ -120,6 +122,13 @@ func loadLayout(dir string) (l *layout, ok bool, err error) {
 	}
 	if err := l.validate(); err != nil {
 		return nil, false, fmt.Errorf("%s: %w", filepath.Join(dir, layoutFileName), err)
+	}
+	// Clusters laid out before metadata servers existed run one on every
+	// node, as new ones do.
+	for i := range l.Nodes {
+		if !slices.Contains(l.Nodes[i].Roles, roleMeta) {
+			l.Nodes[i].Roles = append(l.Nodes[i].Roles, roleMeta)
+		}
 	}
 	return l, true, nil
 }

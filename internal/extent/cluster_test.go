@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/extent"
-	"github.com/arbor-storage/arbor/internal/server"
 )
 
 // extentJSON is one element of `arbor extent list --json`.
@@ -117,12 +117,12 @@ func TestKilledNodeIsReReplicated(t *testing.T) {
 	bin := devclustertest.Binary(t)
 	c := devclustertest.Start(t, devcluster.Options{Nodes: 5, Binary: bin,
 		ServerArgs: []string{"--node-dead-timeout=3s", "--heartbeat-interval=500ms"}})
-	dir, err := directory.Dial(c.DirectoryAddrs(), server.ClientDialOptions(c.ClusterID())...)
+	dir, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dir.Close()
-	cl, err := extent.NewClient(extent.ClientConfig{Directory: dir, DialOptions: server.ClientDialOptions(c.ClusterID()), CallTimeout: 3 * time.Second})
+	cl, err := extent.NewClient(extent.ClientConfig{Directory: dir, DialOptions: client.DialOptions(c.ClusterID()), CallTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbor-storage/arbor/internal/fs"
 	"github.com/arbor-storage/arbor/internal/fsclient"
 	"github.com/arbor-storage/arbor/internal/fsclient/fsclienttest"
-	"github.com/arbor-storage/arbor/internal/fs"
 )
 
 // local is a file system run in this process over the in-memory stores,

@@ -46,6 +46,9 @@ func (s *Server) createFileSystem(ctx context.Context, name string) (*dpb.FileSy
 	if name == "" {
 		return nil, false, invalidf("a file system needs a name")
 	}
+	if !s.ready() {
+		return nil, false, errNotReady
+	}
 	created := true
 	rec, err := s.cfg.Directory.CreateFileSystem(ctx, &dpb.CreateFileSystemRequest{Name: name})
 	if directory.CodeOf(err) == dpb.ErrorCode_ALREADY_EXISTS {
@@ -56,7 +59,7 @@ func (s *Server) createFileSystem(ctx context.Context, name string) (*dpb.FileSy
 		return nil, false, fmt.Errorf("create file system %q: %w", name, err)
 	}
 	f := rec.GetNumber()
-	if err := fs.Format(ctx, fs.BTreeMeta{Tree: s.cfg.Tree}, f, fs.DefaultLayout, time.Now()); err != nil {
+	if err := fs.Format(ctx, fs.BTreeMeta{Tree: s.tree()}, f, fs.DefaultLayout, time.Now()); err != nil {
 		return nil, false, fmt.Errorf("format file system %q (number %d): %w", name, f, err)
 	}
 	tabs, err := s.tablesOf(ctx, f)
@@ -81,6 +84,9 @@ func (s *Server) createFileSystem(ctx context.Context, name string) (*dpb.FileSy
 // map (their owners stop serving them within a lease), then every key and
 // blob of it goes, then its directory record.
 func (s *Server) DeleteFileSystem(ctx context.Context, req *pb.DeleteFileSystemRequest) (*pb.DeleteFileSystemResponse, error) {
+	if !s.ready() {
+		return &pb.DeleteFileSystemResponse{Error: errorToPB(errNotReady)}, nil
+	}
 	rec, err := s.cfg.Directory.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Name: req.GetName()})
 	if err != nil {
 		return &pb.DeleteFileSystemResponse{Error: errorToPB(fmt.Errorf("file system %q: %w", req.GetName(), err))}, nil
@@ -107,7 +113,7 @@ func (s *Server) DeleteFileSystem(ctx context.Context, req *pb.DeleteFileSystemR
 		st.st.close()
 	}
 	s.mu.Unlock()
-	stats, err := fs.Destroy(ctx, fs.BTreeMeta{Tree: s.cfg.Tree}, s.cfg.Data, f)
+	stats, err := fs.Destroy(ctx, fs.BTreeMeta{Tree: s.tree()}, s.data(), f)
 	if err != nil {
 		return &pb.DeleteFileSystemResponse{Error: errorToPB(err)}, nil
 	}
@@ -158,12 +164,12 @@ func (s *Server) snapshotTables(ctx context.Context, st *fsState, n uint64, name
 		los[i] = r.Lo
 	}
 	for _, lo := range los {
-		if err := freezeTable(ctx, s.cfg.Tree, st.f, lo, n); err != nil {
+		if err := freezeTable(ctx, s.tree(), st.f, lo, n); err != nil {
 			return fmt.Errorf("freeze for snapshot %d: %w", n, err)
 		}
 	}
 	s.tellOwners(ctx, st.f, tabs, pb.TablesRequest_REFRESH)
-	err = takeSnapshot(ctx, s.cfg.Tree, st.direct, los, n, name)
+	err = takeSnapshot(ctx, s.tree(), st.direct, los, n, name)
 	s.tellOwners(ctx, st.f, tabs, pb.TablesRequest_REFRESH)
 	return err
 }

@@ -14,11 +14,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/arbor-storage/arbor/internal/btree"
-	"github.com/arbor-storage/arbor/internal/fsclient"
-	"github.com/arbor-storage/arbor/internal/fsclient/fsclienttest"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/directory/directorytest"
 	"github.com/arbor-storage/arbor/internal/fs"
+	"github.com/arbor-storage/arbor/internal/fsclient"
+	"github.com/arbor-storage/arbor/internal/fsclient/fsclienttest"
 )
 
 var _ fsclient.Metadata = (*FSClient)(nil)

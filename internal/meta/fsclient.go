@@ -13,7 +13,7 @@ import (
 )
 
 // FSClient is one session's client of one file system's metadata servers:
-// the file-system operations of internal/client's Metadata, each sent to
+// the file-system operations of internal/fsclient's Metadata, each sent to
 // the owner of the table of its directory. Its recorded requests take one
 // of the session's request slots each (a slot has one request in flight;
 // its sequence number grows), so a retry after a failover is recognised.

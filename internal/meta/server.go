@@ -59,6 +59,10 @@ type Config struct {
 	// data: emptying replaced tracts, deleting the blobs of reclaimed
 	// files, truncating.
 	Data fs.DataStore
+	// OpenStores, if Tree is nil, opens the tree and the data store in the
+	// background after Start (they need the cluster to be up); until then
+	// every request is answered RETRY.
+	OpenStores func(ctx context.Context) (*btree.Tree, fs.DataStore, error)
 	// Dial connects to other metadata servers (moves, snapshots).
 	Dial func(addr string) (grpc.ClientConnInterface, error)
 	// Limits bound each file system's table store (zero: DefaultLimits).
@@ -99,10 +103,28 @@ type Server struct {
 	inflightMu sync.Mutex
 	inflight   map[[2]uint64]*call
 
+	stores atomic.Pointer[stores]
+
+	// ctx ends when the server stops: it bounds all background work.
+	ctx    context.Context
+	cancel context.CancelFunc
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	closed atomic.Bool
 }
+
+// stores are the tree and the data store the server works on.
+type stores struct {
+	tree *btree.Tree
+	data fs.DataStore
+}
+
+// errNotReady answers requests that come before the stores are open.
+var errNotReady = fmt.Errorf("%w: the metadata server is starting", errRetry)
+
+func (s *Server) tree() *btree.Tree  { return s.stores.Load().tree }
+func (s *Server) data() fs.DataStore { return s.stores.Load().data }
+func (s *Server) ready() bool        { return s.stores.Load() != nil }
 
 // fsState is what the server runs for one file system.
 type fsState struct {
@@ -141,8 +163,11 @@ const (
 
 // NewServer returns a metadata server; Start starts its background work.
 func NewServer(cfg Config) (*Server, error) {
-	if cfg.Node == 0 || cfg.Directory == nil || cfg.Tree == nil || cfg.Data == nil || cfg.Dial == nil {
-		return nil, errors.New("meta: Config needs Node, Directory, Tree, Data and Dial")
+	if cfg.Node == 0 || cfg.Directory == nil || cfg.Dial == nil {
+		return nil, errors.New("meta: Config needs Node, Directory and Dial")
+	}
+	if (cfg.Tree == nil || cfg.Data == nil) && cfg.OpenStores == nil {
+		return nil, errors.New("meta: Config needs Tree and Data, or OpenStores")
 	}
 	if cfg.NodeEpoch == nil {
 		cfg.NodeEpoch = func() uint64 { return 0 }
@@ -173,7 +198,11 @@ func NewServer(cfg Config) (*Server, error) {
 		fss: map[uint64]*fsState{}, leases: map[uint64]*lease{}, inflight: map[[2]uint64]*call{},
 		stop: make(chan struct{}),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.peers = peers{dir: cfg.Directory, dial: cfg.Dial}
+	if cfg.Tree != nil {
+		s.stores.Store(&stores{tree: cfg.Tree, data: cfg.Data})
+	}
 	if cfg.Metrics != nil {
 		if err := s.m.register(cfg.Metrics); err != nil {
 			return nil, err
@@ -188,12 +217,38 @@ func (s *Server) Register(r grpc.ServiceRegistrar) { pb.RegisterMetaServer(r, s)
 // Start starts the background work: following the delegation map,
 // renewing leases, the coordinator, reclaiming orphans.
 func (s *Server) Start() {
+	if !s.ready() {
+		s.wg.Add(1)
+		go s.openStores()
+	}
 	s.loop("delegation map", s.cfg.PollInterval, s.followMap)
 	s.loop("lease renewal", s.cfg.RenewInterval, s.renewLeases)
 	s.loop("coordinator", time.Second, s.coordinate)
 	s.loop("frozen tables", 20*time.Millisecond, s.pollFrozen)
 	if s.cfg.ReclaimInterval > 0 {
 		s.loop("orphan reclaim", s.cfg.ReclaimInterval, s.reclaim)
+	}
+}
+
+// openStores opens the stores, retrying until it can or the server
+// stops.
+func (s *Server) openStores() {
+	defer s.wg.Done()
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		tree, data, err := s.cfg.OpenStores(ctx)
+		cancel()
+		if err == nil {
+			s.stores.Store(&stores{tree: tree, data: data})
+			s.log.Info("metadata server ready")
+			return
+		}
+		s.log.Debug("opening the metadata tree and the data store", "attempt", attempt, "err", err)
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(min(time.Second, 50*time.Millisecond<<min(attempt, 5))):
+		}
 	}
 }
 
@@ -204,9 +259,11 @@ func (s *Server) loop(what string, every time.Duration, fn func(ctx context.Cont
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			ctx, cancel := context.WithTimeout(context.Background(), max(every, 10*time.Second))
-			fn(ctx)
-			cancel()
+			if s.ready() {
+				ctx, cancel := context.WithTimeout(s.ctx, max(every, 10*time.Second))
+				fn(ctx)
+				cancel()
+			}
 			select {
 			case <-s.stop:
 				return
@@ -223,6 +280,7 @@ func (s *Server) Stop() {
 		return
 	}
 	close(s.stop)
+	s.cancel()
 	s.wg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -237,20 +295,23 @@ func (s *Server) fsOf(ctx context.Context, f uint64) (*fsState, error) {
 	if f == 0 {
 		return nil, invalidf("file system number 0")
 	}
+	if !s.ready() {
+		return nil, errNotReady
+	}
 	s.mu.Lock()
 	st := s.fss[f]
 	s.mu.Unlock()
 	if st != nil {
 		return st, nil
 	}
-	direct, err := fs.Open(ctx, fs.Config{Meta: fs.BTreeMeta{Tree: s.cfg.Tree}, Data: s.cfg.Data, Number: f, Logger: s.log})
+	direct, err := fs.Open(ctx, fs.Config{Meta: fs.BTreeMeta{Tree: s.tree()}, Data: s.data(), Number: f, Logger: s.log})
 	if err != nil {
 		return nil, err
 	}
-	store := newStore(f, s.cfg.Node, s.cfg.Tree, s.cfg.Limits, s.log, s.m)
+	store := newStore(f, s.cfg.Node, s.tree(), s.cfg.Limits, s.log, s.m)
 	st = &fsState{f: f, st: store, direct: direct, snaps: map[uint64]*fs.FS{}, stats: newTableStats()}
-	st.live, err = fs.Open(ctx, fs.Config{Meta: store, Data: s.cfg.Data, Number: f, Logger: s.log,
-		Shared: shared{tree: s.cfg.Tree, f: f, lock: s.renameLock(f)}})
+	st.live, err = fs.Open(ctx, fs.Config{Meta: store, Data: s.data(), Number: f, Logger: s.log,
+		Shared: shared{tree: s.tree(), f: f, lock: s.renameLock(f)}})
 	if err != nil {
 		store.close()
 		return nil, err
@@ -276,7 +337,7 @@ func (s *Server) engine(ctx context.Context, st *fsState, snap uint64) (*fs.FS, 
 	if e != nil {
 		return e, nil
 	}
-	e, err := fs.Open(ctx, fs.Config{Meta: st.st, Data: s.cfg.Data, Number: st.f, Snapshot: snap, Logger: s.log})
+	e, err := fs.Open(ctx, fs.Config{Meta: st.st, Data: s.data(), Number: st.f, Snapshot: snap, Logger: s.log})
 	if err != nil {
 		return nil, err
 	}

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/btree"
+	"github.com/arbor-storage/arbor/internal/fs"
 	"github.com/arbor-storage/arbor/internal/fsclient"
 	"github.com/arbor-storage/arbor/internal/fsclient/fsclienttest"
-	"github.com/arbor-storage/arbor/internal/fs"
 )
 
 const testFS = 7

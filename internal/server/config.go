@@ -25,10 +25,13 @@ const (
 	RoleDirectory Role = "directory"
 	// RoleStorage: the node serves its disks (extent and tract replicas).
 	RoleStorage Role = "storage"
+	// RoleMeta: the node runs a metadata server (DESIGN §2.6): it serves
+	// the file-system tables the directory delegates to it.
+	RoleMeta Role = "meta"
 )
 
 // knownRoles are the roles a node can run today, in canonical order.
-var knownRoles = []Role{RoleDirectory, RoleStorage}
+var knownRoles = []Role{RoleDirectory, RoleStorage, RoleMeta}
 
 // Peer is one member of the directory group.
 type Peer struct {

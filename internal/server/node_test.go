@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/faults"
 	"github.com/arbor-storage/arbor/internal/faults/faultspb"
 )
@@ -70,7 +71,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 
 func toolConn(t *testing.T, addr, clusterID string) *grpc.ClientConn {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, ClientDialOptions(clusterID)...)
+	cc, err := grpc.NewClient(addr, client.DialOptions(clusterID)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,18 +11,14 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/faults"
 	"github.com/arbor-storage/arbor/internal/raftengine"
 )
-
-// ClusterMetadataKey is the gRPC metadata key that carries the caller's
-// cluster id.
-const ClusterMetadataKey = "arbor-cluster"
 
 // Limits of the RPC layer.
 const (
@@ -45,7 +41,7 @@ const (
 // but if it gives one it must match.
 func checkCluster(ctx context.Context, clusterID string, nodeID uint64) error {
 	md, _ := metadata.FromIncomingContext(ctx)
-	ids := md.Get(ClusterMetadataKey)
+	ids := md.Get(client.ClusterMetadataKey)
 	fromNode := len(md.Get(faults.NodeMetadataKey)) > 0
 	switch {
 	case len(ids) == 0 && !fromNode:
@@ -109,42 +105,6 @@ func recovered(logger *slog.Logger, method string, r any) error {
 	return status.Errorf(codes.Internal, "internal error in %s", method)
 }
 
-func clusterUnaryClientInterceptor(clusterID string) grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		return invoker(withCluster(ctx, clusterID), method, req, reply, cc, opts...)
-	}
-}
-
-func clusterStreamClientInterceptor(clusterID string) grpc.StreamClientInterceptor {
-	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		return streamer(withCluster(ctx, clusterID), desc, cc, method, opts...)
-	}
-}
-
-func withCluster(ctx context.Context, clusterID string) context.Context {
-	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get(ClusterMetadataKey)) > 0 {
-		return ctx
-	}
-	return metadata.AppendToOutgoingContext(ctx, ClusterMetadataKey, clusterID)
-}
-
-// ClientDialOptions are the dial options of a tool that is not a node (the
-// CLI, devcluster, tests): plain-text transport, arbor's message size
-// limit, and, if clusterID is not empty, the cluster id on every call, so
-// that a tool pointed at the wrong cluster is refused.
-func ClientDialOptions(clusterID string) []grpc.DialOption {
-	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRPCMessageBytes), grpc.MaxCallSendMsgSize(maxRPCMessageBytes)),
-	}
-	if clusterID != "" {
-		opts = append(opts,
-			grpc.WithChainUnaryInterceptor(clusterUnaryClientInterceptor(clusterID)),
-			grpc.WithChainStreamInterceptor(clusterStreamClientInterceptor(clusterID)))
-	}
-	return opts
-}
-
 // serverOptions are the gRPC server options of a node: interceptors in the
 // order recovery, cluster check, faults (partitions and stream faults).
 func serverOptions(cfg Config, logger *slog.Logger, inj *faults.Injector) []grpc.ServerOption {
@@ -180,10 +140,10 @@ type Dialer struct {
 }
 
 func newDialer(clusterID string, inj *faults.Injector) *Dialer {
-	opts := ClientDialOptions("")
+	opts := client.DialOptions("")
 	opts = append(opts,
-		grpc.WithChainUnaryInterceptor(clusterUnaryClientInterceptor(clusterID), inj.UnaryClientInterceptor()),
-		grpc.WithChainStreamInterceptor(clusterStreamClientInterceptor(clusterID), inj.StreamClientInterceptor()),
+		grpc.WithChainUnaryInterceptor(client.ClusterUnaryInterceptor(clusterID), inj.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(client.ClusterStreamInterceptor(clusterID), inj.StreamClientInterceptor()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveInterval, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 	)
 	return &Dialer{opts: opts, conns: map[string]*grpc.ClientConn{}}

@@ -25,7 +25,9 @@ import (
 //  2. the directory group replica and its gRPC service, on directory
 //     members (directoryModule);
 //  3. the node agent, on every node: it registers the node with the
-//     directory and heartbeats (agentModule).
+//     directory and heartbeats (agentModule);
+//  4. the tract store (tractModule) and, on metadata nodes, the metadata
+//     server (metaModule).
 //
 // A later module may use an earlier one: they are constructed here and the
 // earlier module (whose Init has run by the time a later Init runs) is
@@ -44,6 +46,9 @@ func Modules(cfg Config) []Module {
 	modules = append(modules, newExtentModule(engine))
 	modules = append(modules, newAgentModule(book))
 	modules = append(modules, newTractModule(cfg, engine, modules))
+	if cfg.HasRole(RoleMeta) {
+		modules = append(modules, newMetaModule(modules))
+	}
 	return modules
 }
 

@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
-	"github.com/arbor-storage/arbor/internal/server"
 	"github.com/arbor-storage/arbor/internal/tract"
 	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
 )
@@ -66,12 +66,12 @@ func startCluster(t *testing.T, nodes int) *harness {
 	c := devclustertest.Start(t, devcluster.Options{Nodes: nodes, ServerArgs: serverArgs, Env: []string{clusterTractEnv()}})
 	h := &harness{t: t, c: c, bin: devclustertest.Binary(t)}
 	var err error
-	h.dir, err = directory.Dial(c.DirectoryAddrs(), server.ClientDialOptions(c.ClusterID())...)
+	h.dir, err = directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.dir.Close() })
-	h.client, err = tract.NewClient(tract.ClientConfig{Directory: h.dir, DialOptions: server.ClientDialOptions(c.ClusterID())})
+	h.client, err = tract.NewClient(tract.ClientConfig{Directory: h.dir, DialOptions: client.DialOptions(c.ClusterID())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +369,7 @@ func concurrentAppenders(t *testing.T, h *harness) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl, err := tract.NewClient(tract.ClientConfig{Directory: h.dir, DialOptions: server.ClientDialOptions(h.c.ClusterID())})
+			cl, err := tract.NewClient(tract.ClientConfig{Directory: h.dir, DialOptions: client.DialOptions(h.c.ClusterID())})
 			if err != nil {
 				errs <- err
 				return

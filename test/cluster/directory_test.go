@@ -22,12 +22,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/directory"
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/raftengine/enginepb"
-	"github.com/arbor-storage/arbor/internal/server"
 )
 
 func seedOf(t *testing.T) uint64 {
@@ -41,7 +41,7 @@ func seedOf(t *testing.T) uint64 {
 
 func dial(t *testing.T, c *devcluster.Cluster) *directory.Client {
 	t.Helper()
-	cl, err := directory.Dial(c.DirectoryAddrs(), server.ClientDialOptions(c.ClusterID())...)
+	cl, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestDirectoryLeaderKilled(t *testing.T) {
 	}
 	// The restarted replica catches up: its own local view has the writes.
 	n, _ := c.Node(old)
-	local, err := directory.Dial([]string{n.Addr}, server.ClientDialOptions(c.ClusterID())...)
+	local, err := directory.Dial([]string{n.Addr}, client.DialOptions(c.ClusterID())...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func TestDirectoryRefusesBadInput(t *testing.T) {
 	}
 
 	// A caller from another cluster is refused before anything runs.
-	stranger, err := directory.Dial(c.DirectoryAddrs(), server.ClientDialOptions("another-cluster")...)
+	stranger, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions("another-cluster")...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestDirectoryRefusesBadInput(t *testing.T) {
 
 	// Garbage on the raft transport is refused and the node carries on.
 	n1, _ := c.Node(1)
-	conn, err := grpc.NewClient(n1.Addr, server.ClientDialOptions(c.ClusterID())...)
+	conn, err := grpc.NewClient(n1.Addr, client.DialOptions(c.ClusterID())...)
 	if err != nil {
 		t.Fatal(err)
 	}

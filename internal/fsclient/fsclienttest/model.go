@@ -19,8 +19,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/arbor-storage/arbor/internal/fsclient"
 	"github.com/arbor-storage/arbor/internal/fs"
+	"github.com/arbor-storage/arbor/internal/fsclient"
 )
 
 // System is a file system under test.
