@@ -193,7 +193,7 @@ func BenchmarkFS(b *testing.B) {
 	_, mnt := startFSMount(b)
 	local := b.TempDir()
 	b.Run("mdtest", func(b *testing.B) {
-		for _, workers := range []int{1, 4} {
+		for _, workers := range []int{1, 16} {
 			b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 				var c, s, r, lc, ls, lr float64
 				for i := 0; i < b.N; i++ {
