@@ -67,7 +67,7 @@ and a transactional key-value store over one replicated store.
 		newExtentCmd(a),
 		newBlobCmd(a), newTLTCmd(a),
 		newKVCmd(a),
-		newFSCmd(a), newSnapshotCmd(a), newMountCmd(a), newFsckCmd(a),
+		newFSCmd(a), newSnapshotCmd(a), newMountCmd(a), newFsckCmd(a), newTableCmd(a),
 	)
 	return root
 }

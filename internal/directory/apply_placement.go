@@ -1,6 +1,7 @@
 package directory
 
 import (
+	"bytes"
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
@@ -332,4 +333,41 @@ func (a *applier) deleteDelegation(req *pb.DeleteDelegationRequest) *pb.CommandR
 	a.eff.del(delegationKey(req.TableId))
 	a.eff.then(func(s *state) { delete(s.delegations, req.TableId) })
 	return ok(a.index)
+}
+
+// splitDelegation cuts a table in two at split_key: the left part keeps the
+// table id at a new epoch (fencing what the owner did under the old one),
+// the right part is a new table with the same owner and lease.
+func (a *applier) splitDelegation(req *pb.SplitDelegationRequest) *pb.CommandResult {
+	old, exists := a.st.delegations[req.TableId]
+	if !exists {
+		return failf(pb.ErrorCode_NOT_FOUND, "table %d does not exist", req.TableId)
+	}
+	if req.ExpectedEpoch != old.Epoch {
+		return withPayload(failf(pb.ErrorCode_STALE_EPOCH, "table %d is at epoch %d, not %d", req.TableId, old.Epoch, req.ExpectedEpoch), old)
+	}
+	if bytes.Compare(req.SplitKey, old.StartKey) <= 0 || (len(old.EndKey) > 0 && bytes.Compare(req.SplitKey, old.EndKey) >= 0) {
+		return failf(pb.ErrorCode_INVALID_ARGUMENT, "split key %x is not inside table %d's range [%x, %x)", req.SplitKey, req.TableId, old.StartKey, old.EndKey)
+	}
+	if len(a.st.delegations) >= maxDelegations {
+		return failf(pb.ErrorCode_LIMIT_EXCEEDED, "%d tables, limit %d (maxDelegations)", len(a.st.delegations), maxDelegations)
+	}
+	c := a.counters()
+	left := proto.Clone(old).(*pb.Delegation)
+	left.EndKey = append([]byte(nil), req.SplitKey...)
+	left.Epoch++
+	right := proto.Clone(old).(*pb.Delegation)
+	right.TableId = max(c.NextTableId, 1)
+	right.StartKey = append([]byte(nil), req.SplitKey...)
+	right.Epoch = 1
+	c.NextTableId = right.TableId + 1
+	c.DelegationMapVersion = a.index
+	a.setCounters(c)
+	a.eff.set(delegationKey(left.TableId), left)
+	a.eff.set(delegationKey(right.TableId), right)
+	a.eff.then(func(s *state) {
+		s.delegations[left.TableId] = left
+		s.delegations[right.TableId] = right
+	})
+	return ok(&pb.DelegationPair{Left: left, Right: right})
 }

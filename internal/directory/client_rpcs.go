@@ -192,6 +192,13 @@ func (c *Client) GetDelegationMap(ctx context.Context, req *pb.GetDelegationMapR
 	})
 }
 
+// SplitDelegation cuts a table in two.
+func (c *Client) SplitDelegation(ctx context.Context, req *pb.SplitDelegationRequest) (*pb.DelegationPair, error) {
+	return call(ctx, c, "SplitDelegation", func(ctx context.Context, d pb.DirectoryClient) (*pb.DelegationPair, error) {
+		return d.SplitDelegation(ctx, req)
+	})
+}
+
 // SetDelegation creates or reassigns a table.
 func (c *Client) SetDelegation(ctx context.Context, req *pb.SetDelegationRequest) (*pb.Delegation, error) {
 	return call(ctx, c, "SetDelegation", func(ctx context.Context, d pb.DirectoryClient) (*pb.Delegation, error) {

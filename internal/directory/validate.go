@@ -284,6 +284,14 @@ func checkStateless(cmd *pb.Command) error {
 		if op.DeleteDelegation.TableId == 0 {
 			return fmt.Errorf("table_id is required")
 		}
+	case *pb.Command_SplitDelegation:
+		r := op.SplitDelegation
+		if r.TableId == 0 || len(r.SplitKey) == 0 {
+			return fmt.Errorf("table_id and split_key are required")
+		}
+		if len(r.SplitKey) > maxTableKeyBytes {
+			return fmt.Errorf("split_key of %d bytes, limit %d (maxTableKeyBytes)", len(r.SplitKey), maxTableKeyBytes)
+		}
 	case *pb.Command_CreateFileSystem:
 		return checkFileSystemName("name", op.CreateFileSystem.Name, maxFileSystemNameBytes, "maxFileSystemNameBytes")
 	case *pb.Command_DeleteFileSystem:

@@ -171,6 +171,13 @@ func InodePrefix(key []byte) ([]byte, bool) {
 	return nil, false
 }
 
+// LiveVersion reports whether a versioned value (the newest version of its
+// key) is live rather than a tombstone.
+func LiveVersion(value []byte) (bool, error) {
+	flags, _, err := decodeVersioned(value)
+	return err == nil && flags&flagTombstone == 0, err
+}
+
 // isTableRecord reports whether a key under (F, 1) is a table record
 // (TableRecordKey): its fourth element is negative.
 func isTableRecord(key []byte) bool {

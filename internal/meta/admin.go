@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -242,6 +243,12 @@ func (s *Server) tellOwners(ctx context.Context, f uint64, tabs []*dpb.Delegatio
 
 // Tables acts on the tables of a file system served here.
 func (s *Server) Tables(ctx context.Context, req *pb.TablesRequest) (*pb.TablesResponse, error) {
+	if req.GetOp() == pb.TablesRequest_FOLLOW {
+		if s.ready() {
+			s.followMap(ctx)
+		}
+		return &pb.TablesResponse{}, nil
+	}
 	s.mu.Lock()
 	st := s.fss[req.GetFs()]
 	s.mu.Unlock()
@@ -330,7 +337,7 @@ func (s *Server) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResp
 }
 
 // TableStats reports the tables served here.
-func (s *Server) TableStats(ctx context.Context, _ *pb.TableStatsRequest) (*pb.TableStatsResponse, error) {
+func (s *Server) TableStats(ctx context.Context, req *pb.TableStatsRequest) (*pb.TableStatsResponse, error) {
 	s.mu.Lock()
 	sts := make([]*fsState, 0, len(s.fss))
 	for _, st := range s.fss {
@@ -341,6 +348,13 @@ func (s *Server) TableStats(ctx context.Context, _ *pb.TableStatsRequest) (*pb.T
 	for _, st := range sts {
 		for _, t := range st.st.owned() {
 			inodes, keys, bytes := st.st.cachedCounts(t.r)
+			if req.GetExact() {
+				n, err := s.countInodes(ctx, st.f, t.r)
+				if err != nil {
+					return nil, err
+				}
+				inodes = n
+			}
 			ops, creates := st.stats.rates(t.id)
 			resp.Tables = append(resp.Tables, &pb.TableStats{Table: t.id, Fs: st.f, Lo: t.r.Lo, Hi: t.r.Hi, Owner: s.cfg.Node,
 				Epoch: t.epoch, Inodes: inodes, Keys: keys, CachedBytes: bytes, OpsPerSecond: ops, CreatesPerSecond: creates,
@@ -348,4 +362,28 @@ func (s *Server) TableStats(ctx context.Context, _ *pb.TableStatsRequest) (*pb.T
 		}
 	}
 	return resp, nil
+}
+
+// countInodes counts the inodes of file system f whose directory id is in
+// r, from the tree (durable state: what every owner acknowledged).
+func (s *Server) countInodes(ctx context.Context, f uint64, r fs.DRange) (uint64, error) {
+	from := fs.DirRanges(f, r.Lo)[0][0]
+	var to []byte
+	if r.Hi != 0 {
+		to = fs.DirRanges(f, r.Hi)[0][0]
+	} else {
+		to = fs.DirRanges(f, ^uint64(0))[0][1]
+	}
+	var n uint64
+	var last []byte
+	err := s.tree().Scan(ctx, from, to, func(k, v []byte) error {
+		if p, ok := fs.InodePrefix(k); ok && !bytes.Equal(p, last) {
+			last = append(last[:0], p...)
+			if live, err := fs.LiveVersion(v); err == nil && live {
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
 }

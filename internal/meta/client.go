@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"syscall"
@@ -283,4 +284,162 @@ func (c *Client) Check(ctx context.Context, f uint64, data bool) (*fs.CheckRepor
 		return resp.GetError(), err
 	})
 	return &rep, err
+}
+
+// TableInfo is a table as `arbor table list` shows it: the delegation
+// map's record with what its owner reports.
+type TableInfo struct {
+	Table      uint64    `json:"table"`
+	FileSystem uint64    `json:"file_system"`
+	Range      fs.DRange `json:"-"`
+	Lo         string    `json:"lo"`
+	Hi         string    `json:"hi"`
+	Owner      uint64    `json:"owner"`
+	Epoch      uint64    `json:"epoch"`
+	LeaseMs    int64     `json:"lease_expiry_unix_ms"`
+	// From the owner (zero when it did not answer): inodes and keys in
+	// its cache, operations and creates per second recently.
+	Inodes        uint64  `json:"inodes"`
+	CachedKeys    uint64  `json:"cached_keys"`
+	OpsPerSec     float64 `json:"ops_per_second"`
+	CreatesPerSec float64 `json:"creates_per_second"`
+	Reported      bool    `json:"reported"`
+}
+
+// Tables lists the tables of file system f (0: all) with their owners'
+// statistics.
+func (c *Client) Tables(ctx context.Context, f uint64) ([]TableInfo, error) {
+	dm, err := c.dir.GetDelegationMap(ctx, &dpb.GetDelegationMapRequest{FileSystem: f})
+	if err != nil {
+		return nil, fmt.Errorf("meta: read the delegation map: %w", err)
+	}
+	owners := map[uint64]bool{}
+	var out []TableInfo
+	for _, d := range dm.GetDelegations() {
+		r, err := rangeFromKeys(d.GetStartKey(), d.GetEndKey())
+		if err != nil {
+			return nil, err
+		}
+		hi := "end"
+		if r.Hi != 0 {
+			hi = fmt.Sprintf("%#x", r.Hi)
+		}
+		out = append(out, TableInfo{Table: d.GetTableId(), FileSystem: d.GetFileSystem(), Range: r, Lo: fmt.Sprintf("%#x", r.Lo), Hi: hi,
+			Owner: d.GetOwnerNode(), Epoch: d.GetEpoch(), LeaseMs: d.GetLeaseExpiryUnixMs()})
+		if d.GetOwnerNode() != 0 {
+			owners[d.GetOwnerNode()] = true
+		}
+	}
+	stats := map[uint64]*pb.TableStats{}
+	for o := range owners {
+		cl, err := c.peers.client(ctx, o)
+		if err != nil {
+			continue
+		}
+		resp, err := cl.TableStats(ctx, &pb.TableStatsRequest{Exact: true})
+		if err != nil {
+			continue
+		}
+		for _, ts := range resp.GetTables() {
+			if ts.GetOwner() == o {
+				stats[ts.GetTable()] = ts
+			}
+		}
+	}
+	for i := range out {
+		if ts := stats[out[i].Table]; ts != nil && ts.GetEpoch() == out[i].Epoch {
+			out[i].Inodes, out[i].CachedKeys = ts.GetInodes(), ts.GetKeys()
+			out[i].OpsPerSec, out[i].CreatesPerSec, out[i].Reported = ts.GetOpsPerSecond(), ts.GetCreatesPerSecond(), true
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].FileSystem != out[j].FileSystem {
+			return out[i].FileSystem < out[j].FileSystem
+		}
+		return out[i].Range.Lo < out[j].Range.Lo
+	})
+	return out, nil
+}
+
+// tableOwner returns the owner of table id.
+func (c *Client) tableOwner(ctx context.Context, id uint64) (uint64, error) {
+	dm, err := c.dir.GetDelegationMap(ctx, &dpb.GetDelegationMapRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("meta: read the delegation map: %w", err)
+	}
+	for _, d := range dm.GetDelegations() {
+		if d.GetTableId() == id {
+			if d.GetOwnerNode() == 0 {
+				return 0, fmt.Errorf("table %d has no metadata server right now (its owner's lease ran out); try again in a few seconds", id)
+			}
+			return d.GetOwnerNode(), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: no table %d (arbor table list shows them)", syscall.EINVAL, id)
+}
+
+// ownerCall runs fn on the owner of table id; an owner that does not
+// answer is reported, not waited for.
+func (c *Client) ownerCall(ctx context.Context, id uint64, fn func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error)) error {
+	var last error
+	for attempt := 0; attempt < 20; attempt++ {
+		if attempt > 0 {
+			if err := sleepCtx(ctx, retryBackoff(attempt)); err != nil {
+				return fmt.Errorf("%w (last: %v)", err, last)
+			}
+		}
+		owner, err := c.tableOwner(ctx, id)
+		if err != nil {
+			return err
+		}
+		cl, err := c.peers.client(ctx, owner)
+		if err != nil {
+			return err
+		}
+		e, err := fn(ctx, cl)
+		if err != nil {
+			return fmt.Errorf("table %d's owner, node %d, does not answer (%v); its tables move to a live server when their leases run out", id, owner, err)
+		}
+		if e != nil && (e.GetKind() == pb.Error_NOT_OWNER || e.GetKind() == pb.Error_RETRY) {
+			last = errorFromPB(e)
+			continue
+		}
+		return errorFromPB(e)
+	}
+	return last
+}
+
+// MoveTable asks table id's owner to hand it to node.
+func (c *Client) MoveTable(ctx context.Context, id, node uint64) (epoch uint64, err error) {
+	err = c.ownerCall(ctx, id, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
+		resp, err := cl.MoveTable(ctx, &pb.MoveTableRequest{Table: id, Node: node})
+		epoch = resp.GetEpoch()
+		return resp.GetError(), err
+	})
+	return epoch, err
+}
+
+// SplitTable asks table id's owner to cut it at directory id at (0: the
+// owner chooses); it returns the new table and where it starts.
+func (c *Client) SplitTable(ctx context.Context, id, at uint64) (newTable, start uint64, err error) {
+	err = c.ownerCall(ctx, id, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
+		resp, err := cl.SplitTable(ctx, &pb.SplitTableRequest{Table: id, At: at})
+		newTable, start = resp.GetNewTable(), resp.GetAt()
+		return resp.GetError(), err
+	})
+	return newTable, start, err
+}
+
+// Servers returns the node ids of the live metadata servers.
+func (c *Client) Servers(ctx context.Context) ([]uint64, error) {
+	nodes, err := c.peers.list(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	var ids []uint64
+	for _, n := range metaNodes(nodes) {
+		ids = append(ids, n.GetId())
+	}
+	slices.Sort(ids)
+	return ids, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/arbor-storage/arbor/internal/btree/tuple"
 	"github.com/arbor-storage/arbor/internal/fs"
 )
 
@@ -102,4 +103,30 @@ func headerKey(f, lo uint64) []byte { return fs.TableRecordKey(f, lo) }
 
 func replyKey(f, lo, session, slot uint64) []byte {
 	return fs.TableRecordKey(f, lo, replyRecords, session, slot)
+}
+
+// replyKeySlot parses a reply record key (replyKey) for its session and
+// slot.
+func replyKeySlot(k []byte) (session, slot uint64, err error) {
+	t, err := tuple.Unpack(k)
+	if err == nil && len(t) == 7 {
+		s, ok1 := tupleUint(t[5])
+		l, ok2 := tupleUint(t[6])
+		if ok1 && ok2 {
+			return s, l, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("%w: reply record key %x", errCorruptRecord, k)
+}
+
+// tupleUint reads a non-negative integer element (the tuple decoding
+// gives int64 up to MaxInt64, uint64 above).
+func tupleUint(e any) (uint64, bool) {
+	switch v := e.(type) {
+	case int64:
+		return uint64(v), v >= 0
+	case uint64:
+		return v, true
+	}
+	return 0, false
 }

@@ -27,6 +27,7 @@ type Directory interface {
 	SetDelegation(ctx context.Context, req *dpb.SetDelegationRequest) (*dpb.Delegation, error)
 	RenewDelegation(ctx context.Context, req *dpb.RenewDelegationRequest) (*dpb.Delegation, error)
 	DeleteDelegation(ctx context.Context, req *dpb.DeleteDelegationRequest) (*dpb.DeleteDelegationResponse, error)
+	SplitDelegation(ctx context.Context, req *dpb.SplitDelegationRequest) (*dpb.DelegationPair, error)
 	ListNodes(ctx context.Context, req *dpb.ListNodesRequest) (*dpb.ListNodesResponse, error)
 	CreateFileSystem(ctx context.Context, req *dpb.CreateFileSystemRequest) (*dpb.FileSystem, error)
 	DeleteFileSystem(ctx context.Context, req *dpb.DeleteFileSystemRequest) (*dpb.FileSystem, error)
@@ -102,6 +103,9 @@ type Server struct {
 
 	inflightMu sync.Mutex
 	inflight   map[[2]uint64]*call
+
+	borrowMu sync.Mutex
+	borrowed map[uint64]*borrowed
 
 	stores atomic.Pointer[stores]
 
@@ -195,7 +199,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger.With("meta", cfg.Node), m: newStoreMetrics(),
-		fss: map[uint64]*fsState{}, leases: map[uint64]*lease{}, inflight: map[[2]uint64]*call{},
+		fss: map[uint64]*fsState{}, leases: map[uint64]*lease{}, inflight: map[[2]uint64]*call{}, borrowed: map[uint64]*borrowed{},
 		stop: make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -225,6 +229,7 @@ func (s *Server) Start() {
 	s.loop("lease renewal", s.cfg.RenewInterval, s.renewLeases)
 	s.loop("coordinator", time.Second, s.coordinate)
 	s.loop("frozen tables", 20*time.Millisecond, s.pollFrozen)
+	s.loop("borrowed tables", time.Second, s.returnBorrowed)
 	if s.cfg.ReclaimInterval > 0 {
 		s.loop("orphan reclaim", s.cfg.ReclaimInterval, s.reclaim)
 	}

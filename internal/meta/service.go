@@ -63,16 +63,33 @@ func (s *Server) run(ctx context.Context, req request, fn, rebuild func(ctx cont
 		}
 		ctx = withReply(ctx, &replyTag{key: key, seq: h.GetSeq()})
 	}
-	err = fn(ctx, engine)
-	var foreign *ForeignError
-	if errors.As(err, &foreign) {
-		if _, still := st.st.serves(req.d); still {
-			// The operation needs a table served elsewhere as well.
-			err = fmt.Errorf("%w: %w", errRetry, err)
+	for attempt := 0; ; attempt++ {
+		err = fn(ctx, engine)
+		var foreign *ForeignError
+		if !errors.As(err, &foreign) {
+			break
 		}
+		if _, still := st.st.serves(req.d); !still {
+			break // the routing table moved meanwhile: NOT_OWNER
+		}
+		// The operation needs tables served elsewhere as well: borrow
+		// them and run it here (Ursa Minor §3.5).
+		if attempt == maxBorrowAttempts {
+			err = fmt.Errorf("%w: %w", errRetry, err)
+			break
+		}
+		if berr := s.borrow(ctx, st.f, foreign.D); berr != nil {
+			err = berr
+			break
+		}
+		s.touchBorrowed(st, foreign.D)
 	}
 	return errorToPB(err)
 }
+
+// maxBorrowAttempts bounds the borrows one request makes before the
+// client is told to ask again.
+const maxBorrowAttempts = 3
 
 // claim makes the server the only one running the request of a session's
 // slot, and tells whether its reply record says it was applied already

@@ -238,3 +238,98 @@ func (s *store) cachedCounts(r fs.DRange) (inodes, keys, size uint64) {
 	}
 	return inodes, keys, size
 }
+
+// pause stops serving table id (its requests get NOT_OWNER) and waits
+// until the pending writes that touch it are durable; resume serves it
+// again (a move or split that did not happen).
+func (s *store) pause(ctx context.Context, id uint64) (resume func(), err error) {
+	s.mu.Lock()
+	var t *table
+	for _, x := range s.tables {
+		if x.id == id && x.serving {
+			t = x
+		}
+	}
+	if t == nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: table %d", errNotOwner, id)
+	}
+	t.serving = false
+	var last *pending
+	for _, p := range s.queue {
+		if slices.Contains(p.tables, t) {
+			last = p
+		}
+	}
+	s.mu.Unlock()
+	resume = func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		t.serving = true
+		s.changed.Broadcast()
+	}
+	if last != nil {
+		if err := last.wait(ctx); err != nil && !errors.Is(err, errRetry) {
+			resume()
+			return nil, err
+		}
+	}
+	return resume, nil
+}
+
+// forget removes table id from the tables served here but keeps its
+// cached units: the same server serves its keys on under new tables (a
+// split).
+func (s *store) forget(id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tables = slices.DeleteFunc(s.tables, func(t *table) bool { return t.id == id })
+	s.changed.Broadcast()
+}
+
+// dropUnit forgets unit d (if loaded and clean), so its next reader loads
+// what the tree holds.
+func (s *store) dropUnit(d uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if u := s.units[d]; u != nil && u.dirty == 0 {
+		s.dropUnitLocked(u)
+	}
+}
+
+// copyReplies copies the reply records of the table area at from to the
+// area at to (a split: requests of the right part's directories retried
+// after the split look there). It writes the tree directly: neither area
+// is served while it runs.
+func copyReplies(ctx context.Context, tree *btree.Tree, f, from, to uint64) error {
+	lo := fs.TableRecordKey(f, from, replyRecords)
+	hi := fs.TableRecordKey(f, from, replyRecords+1)
+	var kvs []btree.KV
+	err := tree.Scan(ctx, lo, hi, func(k, v []byte) error {
+		kvs = append(kvs, btree.KV{Key: bytes.Clone(k), Value: bytes.Clone(v)})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	const perTxn = 64
+	for i := 0; i < len(kvs); i += perTxn {
+		batch := kvs[i:min(len(kvs), i+perTxn)]
+		err := tree.UpdatePages(ctx, func(tx *btree.Txn) error {
+			for _, kv := range batch {
+				sess, slot, err := replyKeySlot(kv.Key)
+				if err != nil {
+					return err
+				}
+				if err := tx.Put(replyKey(f, to, sess, slot), kv.Value); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("meta: copy reply records to the table at %#x: %w", to, err)
+		}
+	}
+	return nil
+}

@@ -2296,6 +2296,122 @@ func (x *DeleteDelegationRequest) GetExpectedEpoch() uint64 {
 	return 0
 }
 
+// SplitDelegationRequest cuts a table in two at split_key, atomically: the
+// table keeps [start_key, split_key) at a new epoch, a new table takes
+// [split_key, end_key) with the same owner and lease (Ursa Minor §3.4:
+// tables are split, never copied).
+type SplitDelegationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TableId       uint64                 `protobuf:"varint,1,opt,name=table_id,json=tableId,proto3" json:"table_id,omitempty"`
+	ExpectedEpoch uint64                 `protobuf:"varint,2,opt,name=expected_epoch,json=expectedEpoch,proto3" json:"expected_epoch,omitempty"`
+	SplitKey      []byte                 `protobuf:"bytes,3,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitDelegationRequest) Reset() {
+	*x = SplitDelegationRequest{}
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitDelegationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitDelegationRequest) ProtoMessage() {}
+
+func (x *SplitDelegationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitDelegationRequest.ProtoReflect.Descriptor instead.
+func (*SplitDelegationRequest) Descriptor() ([]byte, []int) {
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SplitDelegationRequest) GetTableId() uint64 {
+	if x != nil {
+		return x.TableId
+	}
+	return 0
+}
+
+func (x *SplitDelegationRequest) GetExpectedEpoch() uint64 {
+	if x != nil {
+		return x.ExpectedEpoch
+	}
+	return 0
+}
+
+func (x *SplitDelegationRequest) GetSplitKey() []byte {
+	if x != nil {
+		return x.SplitKey
+	}
+	return nil
+}
+
+type DelegationPair struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Left          *Delegation            `protobuf:"bytes,1,opt,name=left,proto3" json:"left,omitempty"`
+	Right         *Delegation            `protobuf:"bytes,2,opt,name=right,proto3" json:"right,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelegationPair) Reset() {
+	*x = DelegationPair{}
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelegationPair) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelegationPair) ProtoMessage() {}
+
+func (x *DelegationPair) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelegationPair.ProtoReflect.Descriptor instead.
+func (*DelegationPair) Descriptor() ([]byte, []int) {
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DelegationPair) GetLeft() *Delegation {
+	if x != nil {
+		return x.Left
+	}
+	return nil
+}
+
+func (x *DelegationPair) GetRight() *Delegation {
+	if x != nil {
+		return x.Right
+	}
+	return nil
+}
+
 type CreateFileSystemRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2306,7 +2422,7 @@ type CreateFileSystemRequest struct {
 
 func (x *CreateFileSystemRequest) Reset() {
 	*x = CreateFileSystemRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[30]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2434,7 @@ func (x *CreateFileSystemRequest) String() string {
 func (*CreateFileSystemRequest) ProtoMessage() {}
 
 func (x *CreateFileSystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[30]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2447,7 @@ func (x *CreateFileSystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFileSystemRequest.ProtoReflect.Descriptor instead.
 func (*CreateFileSystemRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{30}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateFileSystemRequest) GetName() string {
@@ -2358,7 +2474,7 @@ type DeleteFileSystemRequest struct {
 
 func (x *DeleteFileSystemRequest) Reset() {
 	*x = DeleteFileSystemRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[31]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2486,7 @@ func (x *DeleteFileSystemRequest) String() string {
 func (*DeleteFileSystemRequest) ProtoMessage() {}
 
 func (x *DeleteFileSystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[31]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2499,7 @@ func (x *DeleteFileSystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileSystemRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileSystemRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{31}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteFileSystemRequest) GetNumber() uint64 {
@@ -2403,7 +2519,7 @@ type CreateSnapshotRequest struct {
 
 func (x *CreateSnapshotRequest) Reset() {
 	*x = CreateSnapshotRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[32]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2531,7 @@ func (x *CreateSnapshotRequest) String() string {
 func (*CreateSnapshotRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[32]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2544,7 @@ func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{32}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateSnapshotRequest) GetFileSystem() uint64 {
@@ -2455,7 +2571,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[33]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2583,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[33]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2596,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{33}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteSnapshotRequest) GetFileSystem() uint64 {
@@ -2512,7 +2628,7 @@ type GrantLeaseRequest struct {
 
 func (x *GrantLeaseRequest) Reset() {
 	*x = GrantLeaseRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[34]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2640,7 @@ func (x *GrantLeaseRequest) String() string {
 func (*GrantLeaseRequest) ProtoMessage() {}
 
 func (x *GrantLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[34]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +2653,7 @@ func (x *GrantLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GrantLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{34}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GrantLeaseRequest) GetName() string {
@@ -2581,7 +2697,7 @@ type RenewLeaseRequest struct {
 
 func (x *RenewLeaseRequest) Reset() {
 	*x = RenewLeaseRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[35]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +2709,7 @@ func (x *RenewLeaseRequest) String() string {
 func (*RenewLeaseRequest) ProtoMessage() {}
 
 func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[35]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +2722,7 @@ func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RenewLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{35}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RenewLeaseRequest) GetName() string {
@@ -2651,7 +2767,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[36]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +2779,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[36]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +2792,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{36}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReleaseLeaseRequest) GetName() string {
@@ -2720,7 +2836,7 @@ type PutConfigRequest struct {
 
 func (x *PutConfigRequest) Reset() {
 	*x = PutConfigRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[37]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2848,7 @@ func (x *PutConfigRequest) String() string {
 func (*PutConfigRequest) ProtoMessage() {}
 
 func (x *PutConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[37]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2861,7 @@ func (x *PutConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutConfigRequest.ProtoReflect.Descriptor instead.
 func (*PutConfigRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{37}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PutConfigRequest) GetKey() string {
@@ -2779,7 +2895,7 @@ type DeleteConfigRequest struct {
 
 func (x *DeleteConfigRequest) Reset() {
 	*x = DeleteConfigRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[38]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2907,7 @@ func (x *DeleteConfigRequest) String() string {
 func (*DeleteConfigRequest) ProtoMessage() {}
 
 func (x *DeleteConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[38]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2920,7 @@ func (x *DeleteConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConfigRequest.ProtoReflect.Descriptor instead.
 func (*DeleteConfigRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{38}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteConfigRequest) GetKey() string {
@@ -2834,7 +2950,7 @@ type RequestRecord struct {
 
 func (x *RequestRecord) Reset() {
 	*x = RequestRecord{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[39]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2846,7 +2962,7 @@ func (x *RequestRecord) String() string {
 func (*RequestRecord) ProtoMessage() {}
 
 func (x *RequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[39]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2859,7 +2975,7 @@ func (x *RequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRecord.ProtoReflect.Descriptor instead.
 func (*RequestRecord) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{39}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RequestRecord) GetIndex() uint64 {
@@ -2900,6 +3016,7 @@ type Command struct {
 	//	*Command_SetDelegation
 	//	*Command_RenewDelegation
 	//	*Command_DeleteDelegation
+	//	*Command_SplitDelegation
 	//	*Command_CreateFileSystem
 	//	*Command_DeleteFileSystem
 	//	*Command_CreateSnapshot
@@ -2916,7 +3033,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[40]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2928,7 +3045,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[40]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2941,7 +3058,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{40}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -3068,6 +3185,15 @@ func (x *Command) GetDeleteDelegation() *DeleteDelegationRequest {
 	if x != nil {
 		if x, ok := x.Op.(*Command_DeleteDelegation); ok {
 			return x.DeleteDelegation
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSplitDelegation() *SplitDelegationRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SplitDelegation); ok {
+			return x.SplitDelegation
 		}
 	}
 	return nil
@@ -3206,6 +3332,10 @@ type Command_DeleteDelegation struct {
 	DeleteDelegation *DeleteDelegationRequest `protobuf:"bytes,42,opt,name=delete_delegation,json=deleteDelegation,proto3,oneof"`
 }
 
+type Command_SplitDelegation struct {
+	SplitDelegation *SplitDelegationRequest `protobuf:"bytes,43,opt,name=split_delegation,json=splitDelegation,proto3,oneof"`
+}
+
 type Command_CreateFileSystem struct {
 	CreateFileSystem *CreateFileSystemRequest `protobuf:"bytes,50,opt,name=create_file_system,json=createFileSystem,proto3,oneof"`
 }
@@ -3266,6 +3396,8 @@ func (*Command_RenewDelegation) isCommand_Op() {}
 
 func (*Command_DeleteDelegation) isCommand_Op() {}
 
+func (*Command_SplitDelegation) isCommand_Op() {}
+
 func (*Command_CreateFileSystem) isCommand_Op() {}
 
 func (*Command_DeleteFileSystem) isCommand_Op() {}
@@ -3294,7 +3426,7 @@ type TLTVersion struct {
 
 func (x *TLTVersion) Reset() {
 	*x = TLTVersion{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[41]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3306,7 +3438,7 @@ func (x *TLTVersion) String() string {
 func (*TLTVersion) ProtoMessage() {}
 
 func (x *TLTVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[41]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3319,7 +3451,7 @@ func (x *TLTVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLTVersion.ProtoReflect.Descriptor instead.
 func (*TLTVersion) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{41}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TLTVersion) GetVersion() uint64 {
@@ -3347,6 +3479,7 @@ type CommandResult struct {
 	//	*CommandResult_Lease
 	//	*CommandResult_ConfigEntry
 	//	*CommandResult_Version
+	//	*CommandResult_DelegationPair
 	Payload       isCommandResult_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3354,7 +3487,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[42]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3499,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[42]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3512,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{42}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CommandResult) GetCode() ErrorCode {
@@ -3493,6 +3626,15 @@ func (x *CommandResult) GetVersion() uint64 {
 	return 0
 }
 
+func (x *CommandResult) GetDelegationPair() *DelegationPair {
+	if x != nil {
+		if x, ok := x.Payload.(*CommandResult_DelegationPair); ok {
+			return x.DelegationPair
+		}
+	}
+	return nil
+}
+
 type isCommandResult_Payload interface {
 	isCommandResult_Payload()
 }
@@ -3538,6 +3680,10 @@ type CommandResult_Version struct {
 	Version uint64 `protobuf:"varint,19,opt,name=version,proto3,oneof"`
 }
 
+type CommandResult_DelegationPair struct {
+	DelegationPair *DelegationPair `protobuf:"bytes,20,opt,name=delegation_pair,json=delegationPair,proto3,oneof"`
+}
+
 func (*CommandResult_Cluster) isCommandResult_Payload() {}
 
 func (*CommandResult_Node) isCommandResult_Payload() {}
@@ -3558,6 +3704,8 @@ func (*CommandResult_ConfigEntry) isCommandResult_Payload() {}
 
 func (*CommandResult_Version) isCommandResult_Payload() {}
 
+func (*CommandResult_DelegationPair) isCommandResult_Payload() {}
+
 // NotLeader is attached as a status detail to the codes.Unavailable error a
 // replica that is not the leader returns. Both fields are zero when the
 // replica knows no leader.
@@ -3571,7 +3719,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[43]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3731,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[43]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3744,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{43}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *NotLeader) GetLeaderId() uint64 {
@@ -3625,7 +3773,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[44]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3637,7 +3785,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[44]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3650,7 +3798,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{44}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RegisterResponse) GetNode() *Node {
@@ -3686,7 +3834,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[45]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3698,7 +3846,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[45]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3711,7 +3859,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{45}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *HeartbeatRequest) GetNodeId() uint64 {
@@ -3750,7 +3898,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[46]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3762,7 +3910,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[46]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3775,7 +3923,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{46}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HeartbeatResponse) GetAction() HeartbeatAction {
@@ -3831,7 +3979,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[47]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3843,7 +3991,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[47]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3856,7 +4004,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{47}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StatusRequest) GetLocal() bool {
@@ -3885,7 +4033,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[48]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3897,7 +4045,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[48]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3910,7 +4058,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{48}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StatusResponse) GetLeaderId() uint64 {
@@ -3984,7 +4132,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[49]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3996,7 +4144,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[49]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4009,7 +4157,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{49}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{51}
 }
 
 type ListNodesResponse struct {
@@ -4021,7 +4169,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[50]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4033,7 +4181,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[50]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4046,7 +4194,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{50}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -4065,7 +4213,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[51]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4077,7 +4225,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[51]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4090,7 +4238,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{51}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetNodeRequest) GetNodeId() uint64 {
@@ -4109,7 +4257,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[52]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4121,7 +4269,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[52]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4134,7 +4282,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{52}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetLeaseRequest) GetName() string {
@@ -4153,7 +4301,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[53]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4165,7 +4313,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[53]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4178,7 +4326,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{53}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetConfigRequest) GetKey() string {
@@ -4201,7 +4349,7 @@ type ListConfigRequest struct {
 
 func (x *ListConfigRequest) Reset() {
 	*x = ListConfigRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[54]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4213,7 +4361,7 @@ func (x *ListConfigRequest) String() string {
 func (*ListConfigRequest) ProtoMessage() {}
 
 func (x *ListConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[54]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4226,7 +4374,7 @@ func (x *ListConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigRequest.ProtoReflect.Descriptor instead.
 func (*ListConfigRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{54}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListConfigRequest) GetPrefix() string {
@@ -4261,7 +4409,7 @@ type ListConfigResponse struct {
 
 func (x *ListConfigResponse) Reset() {
 	*x = ListConfigResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[55]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4273,7 +4421,7 @@ func (x *ListConfigResponse) String() string {
 func (*ListConfigResponse) ProtoMessage() {}
 
 func (x *ListConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[55]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4286,7 +4434,7 @@ func (x *ListConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigResponse.ProtoReflect.Descriptor instead.
 func (*ListConfigResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{55}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListConfigResponse) GetEntries() []*ConfigEntry {
@@ -4313,7 +4461,7 @@ type DeleteConfigResponse struct {
 
 func (x *DeleteConfigResponse) Reset() {
 	*x = DeleteConfigResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[56]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4473,7 @@ func (x *DeleteConfigResponse) String() string {
 func (*DeleteConfigResponse) ProtoMessage() {}
 
 func (x *DeleteConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[56]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4486,7 @@ func (x *DeleteConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConfigResponse.ProtoReflect.Descriptor instead.
 func (*DeleteConfigResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{56}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DeleteConfigResponse) GetVersion() uint64 {
@@ -4359,7 +4507,7 @@ type GetFileSystemRequest struct {
 
 func (x *GetFileSystemRequest) Reset() {
 	*x = GetFileSystemRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[57]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4371,7 +4519,7 @@ func (x *GetFileSystemRequest) String() string {
 func (*GetFileSystemRequest) ProtoMessage() {}
 
 func (x *GetFileSystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[57]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4384,7 +4532,7 @@ func (x *GetFileSystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileSystemRequest.ProtoReflect.Descriptor instead.
 func (*GetFileSystemRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{57}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetFileSystemRequest) GetNumber() uint64 {
@@ -4409,7 +4557,7 @@ type ListFileSystemsRequest struct {
 
 func (x *ListFileSystemsRequest) Reset() {
 	*x = ListFileSystemsRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[58]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4421,7 +4569,7 @@ func (x *ListFileSystemsRequest) String() string {
 func (*ListFileSystemsRequest) ProtoMessage() {}
 
 func (x *ListFileSystemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[58]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4434,7 +4582,7 @@ func (x *ListFileSystemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFileSystemsRequest.ProtoReflect.Descriptor instead.
 func (*ListFileSystemsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{58}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{60}
 }
 
 type ListFileSystemsResponse struct {
@@ -4446,7 +4594,7 @@ type ListFileSystemsResponse struct {
 
 func (x *ListFileSystemsResponse) Reset() {
 	*x = ListFileSystemsResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[59]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4458,7 +4606,7 @@ func (x *ListFileSystemsResponse) String() string {
 func (*ListFileSystemsResponse) ProtoMessage() {}
 
 func (x *ListFileSystemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[59]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4471,7 +4619,7 @@ func (x *ListFileSystemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFileSystemsResponse.ProtoReflect.Descriptor instead.
 func (*ListFileSystemsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{59}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListFileSystemsResponse) GetFileSystems() []*FileSystem {
@@ -4489,7 +4637,7 @@ type GetTLTRequest struct {
 
 func (x *GetTLTRequest) Reset() {
 	*x = GetTLTRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[60]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4501,7 +4649,7 @@ func (x *GetTLTRequest) String() string {
 func (*GetTLTRequest) ProtoMessage() {}
 
 func (x *GetTLTRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[60]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4514,7 +4662,7 @@ func (x *GetTLTRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTLTRequest.ProtoReflect.Descriptor instead.
 func (*GetTLTRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{60}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{62}
 }
 
 type GetExtentRequest struct {
@@ -4526,7 +4674,7 @@ type GetExtentRequest struct {
 
 func (x *GetExtentRequest) Reset() {
 	*x = GetExtentRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[61]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4538,7 +4686,7 @@ func (x *GetExtentRequest) String() string {
 func (*GetExtentRequest) ProtoMessage() {}
 
 func (x *GetExtentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[61]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4551,7 +4699,7 @@ func (x *GetExtentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtentRequest.ProtoReflect.Descriptor instead.
 func (*GetExtentRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{61}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetExtentRequest) GetExtentId() uint64 {
@@ -4571,7 +4719,7 @@ type ListExtentsRequest struct {
 
 func (x *ListExtentsRequest) Reset() {
 	*x = ListExtentsRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[62]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4583,7 +4731,7 @@ func (x *ListExtentsRequest) String() string {
 func (*ListExtentsRequest) ProtoMessage() {}
 
 func (x *ListExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[62]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4596,7 +4744,7 @@ func (x *ListExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExtentsRequest.ProtoReflect.Descriptor instead.
 func (*ListExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{62}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListExtentsRequest) GetStartAfter() uint64 {
@@ -4623,7 +4771,7 @@ type ListExtentsResponse struct {
 
 func (x *ListExtentsResponse) Reset() {
 	*x = ListExtentsResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[63]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4635,7 +4783,7 @@ func (x *ListExtentsResponse) String() string {
 func (*ListExtentsResponse) ProtoMessage() {}
 
 func (x *ListExtentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[63]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4648,7 +4796,7 @@ func (x *ListExtentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExtentsResponse.ProtoReflect.Descriptor instead.
 func (*ListExtentsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{63}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListExtentsResponse) GetExtents() []*Extent {
@@ -4675,7 +4823,7 @@ type GetDelegationMapRequest struct {
 
 func (x *GetDelegationMapRequest) Reset() {
 	*x = GetDelegationMapRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[64]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4687,7 +4835,7 @@ func (x *GetDelegationMapRequest) String() string {
 func (*GetDelegationMapRequest) ProtoMessage() {}
 
 func (x *GetDelegationMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[64]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4700,7 +4848,7 @@ func (x *GetDelegationMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDelegationMapRequest.ProtoReflect.Descriptor instead.
 func (*GetDelegationMapRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{64}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GetDelegationMapRequest) GetFileSystem() uint64 {
@@ -4719,7 +4867,7 @@ type DeleteDelegationResponse struct {
 
 func (x *DeleteDelegationResponse) Reset() {
 	*x = DeleteDelegationResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[65]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4731,7 +4879,7 @@ func (x *DeleteDelegationResponse) String() string {
 func (*DeleteDelegationResponse) ProtoMessage() {}
 
 func (x *DeleteDelegationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[65]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4744,7 +4892,7 @@ func (x *DeleteDelegationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDelegationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDelegationResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{65}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DeleteDelegationResponse) GetVersion() uint64 {
@@ -4762,7 +4910,7 @@ type GetMemberStatsRequest struct {
 
 func (x *GetMemberStatsRequest) Reset() {
 	*x = GetMemberStatsRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[66]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4774,7 +4922,7 @@ func (x *GetMemberStatsRequest) String() string {
 func (*GetMemberStatsRequest) ProtoMessage() {}
 
 func (x *GetMemberStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[66]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4787,7 +4935,7 @@ func (x *GetMemberStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemberStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetMemberStatsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{66}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{68}
 }
 
 type GetMemberStatsResponse struct {
@@ -4799,7 +4947,7 @@ type GetMemberStatsResponse struct {
 
 func (x *GetMemberStatsResponse) Reset() {
 	*x = GetMemberStatsResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[67]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +4959,7 @@ func (x *GetMemberStatsResponse) String() string {
 func (*GetMemberStatsResponse) ProtoMessage() {}
 
 func (x *GetMemberStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[67]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +4972,7 @@ func (x *GetMemberStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemberStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetMemberStatsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{67}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetMemberStatsResponse) GetStats() []*MemberStats {
@@ -4997,7 +5145,14 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x11lease_duration_ms\x18\x04 \x01(\x03R\x0fleaseDurationMs\"[\n" +
 	"\x17DeleteDelegationRequest\x12\x19\n" +
 	"\btable_id\x18\x01 \x01(\x04R\atableId\x12%\n" +
-	"\x0eexpected_epoch\x18\x02 \x01(\x04R\rexpectedEpoch\"J\n" +
+	"\x0eexpected_epoch\x18\x02 \x01(\x04R\rexpectedEpoch\"w\n" +
+	"\x16SplitDelegationRequest\x12\x19\n" +
+	"\btable_id\x18\x01 \x01(\x04R\atableId\x12%\n" +
+	"\x0eexpected_epoch\x18\x02 \x01(\x04R\rexpectedEpoch\x12\x1b\n" +
+	"\tsplit_key\x18\x03 \x01(\fR\bsplitKey\"z\n" +
+	"\x0eDelegationPair\x122\n" +
+	"\x04left\x18\x01 \x01(\v2\x1e.arbor.directory.v1.DelegationR\x04left\x124\n" +
+	"\x05right\x18\x02 \x01(\v2\x1e.arbor.directory.v1.DelegationR\x05right\"J\n" +
 	"\x17CreateFileSystemRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\x04R\btenantId\"1\n" +
@@ -5044,7 +5199,7 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x11_expected_version\"`\n" +
 	"\rRequestRecord\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x129\n" +
-	"\x06result\x18\x02 \x01(\v2!.arbor.directory.v1.CommandResultR\x06result\"\xa2\x0e\n" +
+	"\x06result\x18\x02 \x01(\v2!.arbor.directory.v1.CommandResultR\x06result\"\xfb\x0e\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x12\x1d\n" +
 	"\n" +
@@ -5062,7 +5217,8 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x16change_extent_replicas\x18\x1f \x01(\v2/.arbor.directory.v1.ChangeExtentReplicasRequestH\x00R\x14changeExtentReplicas\x12Q\n" +
 	"\x0eset_delegation\x18( \x01(\v2(.arbor.directory.v1.SetDelegationRequestH\x00R\rsetDelegation\x12W\n" +
 	"\x10renew_delegation\x18) \x01(\v2*.arbor.directory.v1.RenewDelegationRequestH\x00R\x0frenewDelegation\x12Z\n" +
-	"\x11delete_delegation\x18* \x01(\v2+.arbor.directory.v1.DeleteDelegationRequestH\x00R\x10deleteDelegation\x12[\n" +
+	"\x11delete_delegation\x18* \x01(\v2+.arbor.directory.v1.DeleteDelegationRequestH\x00R\x10deleteDelegation\x12W\n" +
+	"\x10split_delegation\x18+ \x01(\v2*.arbor.directory.v1.SplitDelegationRequestH\x00R\x0fsplitDelegation\x12[\n" +
 	"\x12create_file_system\x182 \x01(\v2+.arbor.directory.v1.CreateFileSystemRequestH\x00R\x10createFileSystem\x12[\n" +
 	"\x12delete_file_system\x183 \x01(\v2+.arbor.directory.v1.DeleteFileSystemRequestH\x00R\x10deleteFileSystem\x12T\n" +
 	"\x0fcreate_snapshot\x184 \x01(\v2).arbor.directory.v1.CreateSnapshotRequestH\x00R\x0ecreateSnapshot\x12T\n" +
@@ -5078,7 +5234,7 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x02op\"&\n" +
 	"\n" +
 	"TLTVersion\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x04R\aversion\"\x94\x05\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\"\xe3\x05\n" +
 	"\rCommandResult\x121\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1d.arbor.directory.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12;\n" +
@@ -5095,7 +5251,8 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\bsnapshot\x18\x10 \x01(\v2\x1c.arbor.directory.v1.SnapshotH\x00R\bsnapshot\x121\n" +
 	"\x05lease\x18\x11 \x01(\v2\x19.arbor.directory.v1.LeaseH\x00R\x05lease\x12D\n" +
 	"\fconfig_entry\x18\x12 \x01(\v2\x1f.arbor.directory.v1.ConfigEntryH\x00R\vconfigEntry\x12\x1a\n" +
-	"\aversion\x18\x13 \x01(\x04H\x00R\aversionB\t\n" +
+	"\aversion\x18\x13 \x01(\x04H\x00R\aversion\x12M\n" +
+	"\x0fdelegation_pair\x18\x14 \x01(\v2\".arbor.directory.v1.DelegationPairH\x00R\x0edelegationPairB\t\n" +
 	"\apayload\"O\n" +
 	"\tNotLeader\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\x04R\bleaderId\x12%\n" +
@@ -5197,7 +5354,7 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x1cHEARTBEAT_ACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13HEARTBEAT_ACTION_OK\x10\x01\x12\x1f\n" +
 	"\x1bHEARTBEAT_ACTION_REREGISTER\x10\x02\x12\x1d\n" +
-	"\x19HEARTBEAT_ACTION_SHUTDOWN\x10\x032\x99\x17\n" +
+	"\x19HEARTBEAT_ACTION_SHUTDOWN\x10\x032\xfc\x17\n" +
 	"\tDirectory\x12V\n" +
 	"\vInitCluster\x12&.arbor.directory.v1.InitClusterRequest\x1a\x1f.arbor.directory.v1.ClusterInfo\x12O\n" +
 	"\x06Status\x12!.arbor.directory.v1.StatusRequest\x1a\".arbor.directory.v1.StatusResponse\x12U\n" +
@@ -5235,7 +5392,8 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x10GetDelegationMap\x12+.arbor.directory.v1.GetDelegationMapRequest\x1a!.arbor.directory.v1.DelegationMap\x12Y\n" +
 	"\rSetDelegation\x12(.arbor.directory.v1.SetDelegationRequest\x1a\x1e.arbor.directory.v1.Delegation\x12]\n" +
 	"\x0fRenewDelegation\x12*.arbor.directory.v1.RenewDelegationRequest\x1a\x1e.arbor.directory.v1.Delegation\x12m\n" +
-	"\x10DeleteDelegation\x12+.arbor.directory.v1.DeleteDelegationRequest\x1a,.arbor.directory.v1.DeleteDelegationResponseB?Z=github.com/arbor-storage/arbor/internal/directory/directorypbb\x06proto3"
+	"\x10DeleteDelegation\x12+.arbor.directory.v1.DeleteDelegationRequest\x1a,.arbor.directory.v1.DeleteDelegationResponse\x12a\n" +
+	"\x0fSplitDelegation\x12*.arbor.directory.v1.SplitDelegationRequest\x1a\".arbor.directory.v1.DelegationPairB?Z=github.com/arbor-storage/arbor/internal/directory/directorypbb\x06proto3"
 
 var (
 	file_internal_directory_directorypb_directory_proto_rawDescOnce sync.Once
@@ -5250,7 +5408,7 @@ func file_internal_directory_directorypb_directory_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_directory_directorypb_directory_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_internal_directory_directorypb_directory_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_internal_directory_directorypb_directory_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_internal_directory_directorypb_directory_proto_goTypes = []any{
 	(NodeState)(0),                      // 0: arbor.directory.v1.NodeState
 	(ErrorCode)(0),                      // 1: arbor.directory.v1.ErrorCode
@@ -5285,44 +5443,46 @@ var file_internal_directory_directorypb_directory_proto_goTypes = []any{
 	(*SetDelegationRequest)(nil),        // 30: arbor.directory.v1.SetDelegationRequest
 	(*RenewDelegationRequest)(nil),      // 31: arbor.directory.v1.RenewDelegationRequest
 	(*DeleteDelegationRequest)(nil),     // 32: arbor.directory.v1.DeleteDelegationRequest
-	(*CreateFileSystemRequest)(nil),     // 33: arbor.directory.v1.CreateFileSystemRequest
-	(*DeleteFileSystemRequest)(nil),     // 34: arbor.directory.v1.DeleteFileSystemRequest
-	(*CreateSnapshotRequest)(nil),       // 35: arbor.directory.v1.CreateSnapshotRequest
-	(*DeleteSnapshotRequest)(nil),       // 36: arbor.directory.v1.DeleteSnapshotRequest
-	(*GrantLeaseRequest)(nil),           // 37: arbor.directory.v1.GrantLeaseRequest
-	(*RenewLeaseRequest)(nil),           // 38: arbor.directory.v1.RenewLeaseRequest
-	(*ReleaseLeaseRequest)(nil),         // 39: arbor.directory.v1.ReleaseLeaseRequest
-	(*PutConfigRequest)(nil),            // 40: arbor.directory.v1.PutConfigRequest
-	(*DeleteConfigRequest)(nil),         // 41: arbor.directory.v1.DeleteConfigRequest
-	(*RequestRecord)(nil),               // 42: arbor.directory.v1.RequestRecord
-	(*Command)(nil),                     // 43: arbor.directory.v1.Command
-	(*TLTVersion)(nil),                  // 44: arbor.directory.v1.TLTVersion
-	(*CommandResult)(nil),               // 45: arbor.directory.v1.CommandResult
-	(*NotLeader)(nil),                   // 46: arbor.directory.v1.NotLeader
-	(*RegisterResponse)(nil),            // 47: arbor.directory.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),            // 48: arbor.directory.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 49: arbor.directory.v1.HeartbeatResponse
-	(*StatusRequest)(nil),               // 50: arbor.directory.v1.StatusRequest
-	(*StatusResponse)(nil),              // 51: arbor.directory.v1.StatusResponse
-	(*ListNodesRequest)(nil),            // 52: arbor.directory.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 53: arbor.directory.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),              // 54: arbor.directory.v1.GetNodeRequest
-	(*GetLeaseRequest)(nil),             // 55: arbor.directory.v1.GetLeaseRequest
-	(*GetConfigRequest)(nil),            // 56: arbor.directory.v1.GetConfigRequest
-	(*ListConfigRequest)(nil),           // 57: arbor.directory.v1.ListConfigRequest
-	(*ListConfigResponse)(nil),          // 58: arbor.directory.v1.ListConfigResponse
-	(*DeleteConfigResponse)(nil),        // 59: arbor.directory.v1.DeleteConfigResponse
-	(*GetFileSystemRequest)(nil),        // 60: arbor.directory.v1.GetFileSystemRequest
-	(*ListFileSystemsRequest)(nil),      // 61: arbor.directory.v1.ListFileSystemsRequest
-	(*ListFileSystemsResponse)(nil),     // 62: arbor.directory.v1.ListFileSystemsResponse
-	(*GetTLTRequest)(nil),               // 63: arbor.directory.v1.GetTLTRequest
-	(*GetExtentRequest)(nil),            // 64: arbor.directory.v1.GetExtentRequest
-	(*ListExtentsRequest)(nil),          // 65: arbor.directory.v1.ListExtentsRequest
-	(*ListExtentsResponse)(nil),         // 66: arbor.directory.v1.ListExtentsResponse
-	(*GetDelegationMapRequest)(nil),     // 67: arbor.directory.v1.GetDelegationMapRequest
-	(*DeleteDelegationResponse)(nil),    // 68: arbor.directory.v1.DeleteDelegationResponse
-	(*GetMemberStatsRequest)(nil),       // 69: arbor.directory.v1.GetMemberStatsRequest
-	(*GetMemberStatsResponse)(nil),      // 70: arbor.directory.v1.GetMemberStatsResponse
+	(*SplitDelegationRequest)(nil),      // 33: arbor.directory.v1.SplitDelegationRequest
+	(*DelegationPair)(nil),              // 34: arbor.directory.v1.DelegationPair
+	(*CreateFileSystemRequest)(nil),     // 35: arbor.directory.v1.CreateFileSystemRequest
+	(*DeleteFileSystemRequest)(nil),     // 36: arbor.directory.v1.DeleteFileSystemRequest
+	(*CreateSnapshotRequest)(nil),       // 37: arbor.directory.v1.CreateSnapshotRequest
+	(*DeleteSnapshotRequest)(nil),       // 38: arbor.directory.v1.DeleteSnapshotRequest
+	(*GrantLeaseRequest)(nil),           // 39: arbor.directory.v1.GrantLeaseRequest
+	(*RenewLeaseRequest)(nil),           // 40: arbor.directory.v1.RenewLeaseRequest
+	(*ReleaseLeaseRequest)(nil),         // 41: arbor.directory.v1.ReleaseLeaseRequest
+	(*PutConfigRequest)(nil),            // 42: arbor.directory.v1.PutConfigRequest
+	(*DeleteConfigRequest)(nil),         // 43: arbor.directory.v1.DeleteConfigRequest
+	(*RequestRecord)(nil),               // 44: arbor.directory.v1.RequestRecord
+	(*Command)(nil),                     // 45: arbor.directory.v1.Command
+	(*TLTVersion)(nil),                  // 46: arbor.directory.v1.TLTVersion
+	(*CommandResult)(nil),               // 47: arbor.directory.v1.CommandResult
+	(*NotLeader)(nil),                   // 48: arbor.directory.v1.NotLeader
+	(*RegisterResponse)(nil),            // 49: arbor.directory.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),            // 50: arbor.directory.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 51: arbor.directory.v1.HeartbeatResponse
+	(*StatusRequest)(nil),               // 52: arbor.directory.v1.StatusRequest
+	(*StatusResponse)(nil),              // 53: arbor.directory.v1.StatusResponse
+	(*ListNodesRequest)(nil),            // 54: arbor.directory.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 55: arbor.directory.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),              // 56: arbor.directory.v1.GetNodeRequest
+	(*GetLeaseRequest)(nil),             // 57: arbor.directory.v1.GetLeaseRequest
+	(*GetConfigRequest)(nil),            // 58: arbor.directory.v1.GetConfigRequest
+	(*ListConfigRequest)(nil),           // 59: arbor.directory.v1.ListConfigRequest
+	(*ListConfigResponse)(nil),          // 60: arbor.directory.v1.ListConfigResponse
+	(*DeleteConfigResponse)(nil),        // 61: arbor.directory.v1.DeleteConfigResponse
+	(*GetFileSystemRequest)(nil),        // 62: arbor.directory.v1.GetFileSystemRequest
+	(*ListFileSystemsRequest)(nil),      // 63: arbor.directory.v1.ListFileSystemsRequest
+	(*ListFileSystemsResponse)(nil),     // 64: arbor.directory.v1.ListFileSystemsResponse
+	(*GetTLTRequest)(nil),               // 65: arbor.directory.v1.GetTLTRequest
+	(*GetExtentRequest)(nil),            // 66: arbor.directory.v1.GetExtentRequest
+	(*ListExtentsRequest)(nil),          // 67: arbor.directory.v1.ListExtentsRequest
+	(*ListExtentsResponse)(nil),         // 68: arbor.directory.v1.ListExtentsResponse
+	(*GetDelegationMapRequest)(nil),     // 69: arbor.directory.v1.GetDelegationMapRequest
+	(*DeleteDelegationResponse)(nil),    // 70: arbor.directory.v1.DeleteDelegationResponse
+	(*GetMemberStatsRequest)(nil),       // 71: arbor.directory.v1.GetMemberStatsRequest
+	(*GetMemberStatsResponse)(nil),      // 72: arbor.directory.v1.GetMemberStatsResponse
 }
 var file_internal_directory_directorypb_directory_proto_depIdxs = []int32{
 	4,  // 0: arbor.directory.v1.Node.disks:type_name -> arbor.directory.v1.Disk
@@ -5342,121 +5502,127 @@ var file_internal_directory_directorypb_directory_proto_depIdxs = []int32{
 	8,  // 14: arbor.directory.v1.RowUpdate.pending:type_name -> arbor.directory.v1.PendingEntry
 	26, // 15: arbor.directory.v1.UpdateTLTRowsRequest.updates:type_name -> arbor.directory.v1.RowUpdate
 	11, // 16: arbor.directory.v1.CreateExtentRequest.geometry:type_name -> arbor.directory.v1.ExtentGeometry
-	45, // 17: arbor.directory.v1.RequestRecord.result:type_name -> arbor.directory.v1.CommandResult
-	20, // 18: arbor.directory.v1.Command.init_cluster:type_name -> arbor.directory.v1.InitClusterRequest
-	21, // 19: arbor.directory.v1.Command.register_node:type_name -> arbor.directory.v1.RegisterRequest
-	22, // 20: arbor.directory.v1.Command.set_node_state:type_name -> arbor.directory.v1.SetNodeState
-	23, // 21: arbor.directory.v1.Command.decommission_node:type_name -> arbor.directory.v1.DecommissionRequest
-	24, // 22: arbor.directory.v1.Command.update_member_stats:type_name -> arbor.directory.v1.UpdateMemberStats
-	25, // 23: arbor.directory.v1.Command.install_tlt:type_name -> arbor.directory.v1.InstallTLTRequest
-	27, // 24: arbor.directory.v1.Command.update_tlt_rows:type_name -> arbor.directory.v1.UpdateTLTRowsRequest
-	28, // 25: arbor.directory.v1.Command.create_extent:type_name -> arbor.directory.v1.CreateExtentRequest
-	29, // 26: arbor.directory.v1.Command.change_extent_replicas:type_name -> arbor.directory.v1.ChangeExtentReplicasRequest
-	30, // 27: arbor.directory.v1.Command.set_delegation:type_name -> arbor.directory.v1.SetDelegationRequest
-	31, // 28: arbor.directory.v1.Command.renew_delegation:type_name -> arbor.directory.v1.RenewDelegationRequest
-	32, // 29: arbor.directory.v1.Command.delete_delegation:type_name -> arbor.directory.v1.DeleteDelegationRequest
-	33, // 30: arbor.directory.v1.Command.create_file_system:type_name -> arbor.directory.v1.CreateFileSystemRequest
-	34, // 31: arbor.directory.v1.Command.delete_file_system:type_name -> arbor.directory.v1.DeleteFileSystemRequest
-	35, // 32: arbor.directory.v1.Command.create_snapshot:type_name -> arbor.directory.v1.CreateSnapshotRequest
-	36, // 33: arbor.directory.v1.Command.delete_snapshot:type_name -> arbor.directory.v1.DeleteSnapshotRequest
-	37, // 34: arbor.directory.v1.Command.grant_lease:type_name -> arbor.directory.v1.GrantLeaseRequest
-	38, // 35: arbor.directory.v1.Command.renew_lease:type_name -> arbor.directory.v1.RenewLeaseRequest
-	39, // 36: arbor.directory.v1.Command.release_lease:type_name -> arbor.directory.v1.ReleaseLeaseRequest
-	40, // 37: arbor.directory.v1.Command.put_config:type_name -> arbor.directory.v1.PutConfigRequest
-	41, // 38: arbor.directory.v1.Command.delete_config:type_name -> arbor.directory.v1.DeleteConfigRequest
-	1,  // 39: arbor.directory.v1.CommandResult.code:type_name -> arbor.directory.v1.ErrorCode
-	3,  // 40: arbor.directory.v1.CommandResult.cluster:type_name -> arbor.directory.v1.ClusterInfo
-	5,  // 41: arbor.directory.v1.CommandResult.node:type_name -> arbor.directory.v1.Node
-	44, // 42: arbor.directory.v1.CommandResult.tlt:type_name -> arbor.directory.v1.TLTVersion
-	12, // 43: arbor.directory.v1.CommandResult.extent:type_name -> arbor.directory.v1.Extent
-	13, // 44: arbor.directory.v1.CommandResult.delegation:type_name -> arbor.directory.v1.Delegation
-	16, // 45: arbor.directory.v1.CommandResult.file_system:type_name -> arbor.directory.v1.FileSystem
-	15, // 46: arbor.directory.v1.CommandResult.snapshot:type_name -> arbor.directory.v1.Snapshot
-	17, // 47: arbor.directory.v1.CommandResult.lease:type_name -> arbor.directory.v1.Lease
-	18, // 48: arbor.directory.v1.CommandResult.config_entry:type_name -> arbor.directory.v1.ConfigEntry
-	5,  // 49: arbor.directory.v1.RegisterResponse.node:type_name -> arbor.directory.v1.Node
-	3,  // 50: arbor.directory.v1.RegisterResponse.cluster:type_name -> arbor.directory.v1.ClusterInfo
-	6,  // 51: arbor.directory.v1.HeartbeatRequest.stats:type_name -> arbor.directory.v1.MemberStats
-	2,  // 52: arbor.directory.v1.HeartbeatResponse.action:type_name -> arbor.directory.v1.HeartbeatAction
-	0,  // 53: arbor.directory.v1.HeartbeatResponse.state:type_name -> arbor.directory.v1.NodeState
-	5,  // 54: arbor.directory.v1.StatusResponse.nodes:type_name -> arbor.directory.v1.Node
-	3,  // 55: arbor.directory.v1.StatusResponse.cluster:type_name -> arbor.directory.v1.ClusterInfo
-	5,  // 56: arbor.directory.v1.ListNodesResponse.nodes:type_name -> arbor.directory.v1.Node
-	18, // 57: arbor.directory.v1.ListConfigResponse.entries:type_name -> arbor.directory.v1.ConfigEntry
-	16, // 58: arbor.directory.v1.ListFileSystemsResponse.file_systems:type_name -> arbor.directory.v1.FileSystem
-	12, // 59: arbor.directory.v1.ListExtentsResponse.extents:type_name -> arbor.directory.v1.Extent
-	6,  // 60: arbor.directory.v1.GetMemberStatsResponse.stats:type_name -> arbor.directory.v1.MemberStats
-	20, // 61: arbor.directory.v1.Directory.InitCluster:input_type -> arbor.directory.v1.InitClusterRequest
-	50, // 62: arbor.directory.v1.Directory.Status:input_type -> arbor.directory.v1.StatusRequest
-	21, // 63: arbor.directory.v1.Directory.Register:input_type -> arbor.directory.v1.RegisterRequest
-	48, // 64: arbor.directory.v1.Directory.Heartbeat:input_type -> arbor.directory.v1.HeartbeatRequest
-	52, // 65: arbor.directory.v1.Directory.ListNodes:input_type -> arbor.directory.v1.ListNodesRequest
-	54, // 66: arbor.directory.v1.Directory.GetNode:input_type -> arbor.directory.v1.GetNodeRequest
-	23, // 67: arbor.directory.v1.Directory.Decommission:input_type -> arbor.directory.v1.DecommissionRequest
-	69, // 68: arbor.directory.v1.Directory.GetMemberStats:input_type -> arbor.directory.v1.GetMemberStatsRequest
-	37, // 69: arbor.directory.v1.Directory.GrantLease:input_type -> arbor.directory.v1.GrantLeaseRequest
-	38, // 70: arbor.directory.v1.Directory.RenewLease:input_type -> arbor.directory.v1.RenewLeaseRequest
-	39, // 71: arbor.directory.v1.Directory.ReleaseLease:input_type -> arbor.directory.v1.ReleaseLeaseRequest
-	55, // 72: arbor.directory.v1.Directory.GetLease:input_type -> arbor.directory.v1.GetLeaseRequest
-	56, // 73: arbor.directory.v1.Directory.GetConfig:input_type -> arbor.directory.v1.GetConfigRequest
-	57, // 74: arbor.directory.v1.Directory.ListConfig:input_type -> arbor.directory.v1.ListConfigRequest
-	40, // 75: arbor.directory.v1.Directory.PutConfig:input_type -> arbor.directory.v1.PutConfigRequest
-	41, // 76: arbor.directory.v1.Directory.DeleteConfig:input_type -> arbor.directory.v1.DeleteConfigRequest
-	33, // 77: arbor.directory.v1.Directory.CreateFileSystem:input_type -> arbor.directory.v1.CreateFileSystemRequest
-	34, // 78: arbor.directory.v1.Directory.DeleteFileSystem:input_type -> arbor.directory.v1.DeleteFileSystemRequest
-	60, // 79: arbor.directory.v1.Directory.GetFileSystem:input_type -> arbor.directory.v1.GetFileSystemRequest
-	61, // 80: arbor.directory.v1.Directory.ListFileSystems:input_type -> arbor.directory.v1.ListFileSystemsRequest
-	35, // 81: arbor.directory.v1.Directory.CreateSnapshot:input_type -> arbor.directory.v1.CreateSnapshotRequest
-	36, // 82: arbor.directory.v1.Directory.DeleteSnapshot:input_type -> arbor.directory.v1.DeleteSnapshotRequest
-	63, // 83: arbor.directory.v1.Directory.GetTLT:input_type -> arbor.directory.v1.GetTLTRequest
-	25, // 84: arbor.directory.v1.Directory.InstallTLT:input_type -> arbor.directory.v1.InstallTLTRequest
-	27, // 85: arbor.directory.v1.Directory.UpdateTLTRows:input_type -> arbor.directory.v1.UpdateTLTRowsRequest
-	28, // 86: arbor.directory.v1.Directory.CreateExtent:input_type -> arbor.directory.v1.CreateExtentRequest
-	64, // 87: arbor.directory.v1.Directory.GetExtent:input_type -> arbor.directory.v1.GetExtentRequest
-	65, // 88: arbor.directory.v1.Directory.ListExtents:input_type -> arbor.directory.v1.ListExtentsRequest
-	29, // 89: arbor.directory.v1.Directory.ChangeExtentReplicas:input_type -> arbor.directory.v1.ChangeExtentReplicasRequest
-	67, // 90: arbor.directory.v1.Directory.GetDelegationMap:input_type -> arbor.directory.v1.GetDelegationMapRequest
-	30, // 91: arbor.directory.v1.Directory.SetDelegation:input_type -> arbor.directory.v1.SetDelegationRequest
-	31, // 92: arbor.directory.v1.Directory.RenewDelegation:input_type -> arbor.directory.v1.RenewDelegationRequest
-	32, // 93: arbor.directory.v1.Directory.DeleteDelegation:input_type -> arbor.directory.v1.DeleteDelegationRequest
-	3,  // 94: arbor.directory.v1.Directory.InitCluster:output_type -> arbor.directory.v1.ClusterInfo
-	51, // 95: arbor.directory.v1.Directory.Status:output_type -> arbor.directory.v1.StatusResponse
-	47, // 96: arbor.directory.v1.Directory.Register:output_type -> arbor.directory.v1.RegisterResponse
-	49, // 97: arbor.directory.v1.Directory.Heartbeat:output_type -> arbor.directory.v1.HeartbeatResponse
-	53, // 98: arbor.directory.v1.Directory.ListNodes:output_type -> arbor.directory.v1.ListNodesResponse
-	5,  // 99: arbor.directory.v1.Directory.GetNode:output_type -> arbor.directory.v1.Node
-	5,  // 100: arbor.directory.v1.Directory.Decommission:output_type -> arbor.directory.v1.Node
-	70, // 101: arbor.directory.v1.Directory.GetMemberStats:output_type -> arbor.directory.v1.GetMemberStatsResponse
-	17, // 102: arbor.directory.v1.Directory.GrantLease:output_type -> arbor.directory.v1.Lease
-	17, // 103: arbor.directory.v1.Directory.RenewLease:output_type -> arbor.directory.v1.Lease
-	17, // 104: arbor.directory.v1.Directory.ReleaseLease:output_type -> arbor.directory.v1.Lease
-	17, // 105: arbor.directory.v1.Directory.GetLease:output_type -> arbor.directory.v1.Lease
-	18, // 106: arbor.directory.v1.Directory.GetConfig:output_type -> arbor.directory.v1.ConfigEntry
-	58, // 107: arbor.directory.v1.Directory.ListConfig:output_type -> arbor.directory.v1.ListConfigResponse
-	18, // 108: arbor.directory.v1.Directory.PutConfig:output_type -> arbor.directory.v1.ConfigEntry
-	59, // 109: arbor.directory.v1.Directory.DeleteConfig:output_type -> arbor.directory.v1.DeleteConfigResponse
-	16, // 110: arbor.directory.v1.Directory.CreateFileSystem:output_type -> arbor.directory.v1.FileSystem
-	16, // 111: arbor.directory.v1.Directory.DeleteFileSystem:output_type -> arbor.directory.v1.FileSystem
-	16, // 112: arbor.directory.v1.Directory.GetFileSystem:output_type -> arbor.directory.v1.FileSystem
-	62, // 113: arbor.directory.v1.Directory.ListFileSystems:output_type -> arbor.directory.v1.ListFileSystemsResponse
-	15, // 114: arbor.directory.v1.Directory.CreateSnapshot:output_type -> arbor.directory.v1.Snapshot
-	16, // 115: arbor.directory.v1.Directory.DeleteSnapshot:output_type -> arbor.directory.v1.FileSystem
-	10, // 116: arbor.directory.v1.Directory.GetTLT:output_type -> arbor.directory.v1.TLT
-	44, // 117: arbor.directory.v1.Directory.InstallTLT:output_type -> arbor.directory.v1.TLTVersion
-	44, // 118: arbor.directory.v1.Directory.UpdateTLTRows:output_type -> arbor.directory.v1.TLTVersion
-	12, // 119: arbor.directory.v1.Directory.CreateExtent:output_type -> arbor.directory.v1.Extent
-	12, // 120: arbor.directory.v1.Directory.GetExtent:output_type -> arbor.directory.v1.Extent
-	66, // 121: arbor.directory.v1.Directory.ListExtents:output_type -> arbor.directory.v1.ListExtentsResponse
-	12, // 122: arbor.directory.v1.Directory.ChangeExtentReplicas:output_type -> arbor.directory.v1.Extent
-	14, // 123: arbor.directory.v1.Directory.GetDelegationMap:output_type -> arbor.directory.v1.DelegationMap
-	13, // 124: arbor.directory.v1.Directory.SetDelegation:output_type -> arbor.directory.v1.Delegation
-	13, // 125: arbor.directory.v1.Directory.RenewDelegation:output_type -> arbor.directory.v1.Delegation
-	68, // 126: arbor.directory.v1.Directory.DeleteDelegation:output_type -> arbor.directory.v1.DeleteDelegationResponse
-	94, // [94:127] is the sub-list for method output_type
-	61, // [61:94] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	13, // 17: arbor.directory.v1.DelegationPair.left:type_name -> arbor.directory.v1.Delegation
+	13, // 18: arbor.directory.v1.DelegationPair.right:type_name -> arbor.directory.v1.Delegation
+	47, // 19: arbor.directory.v1.RequestRecord.result:type_name -> arbor.directory.v1.CommandResult
+	20, // 20: arbor.directory.v1.Command.init_cluster:type_name -> arbor.directory.v1.InitClusterRequest
+	21, // 21: arbor.directory.v1.Command.register_node:type_name -> arbor.directory.v1.RegisterRequest
+	22, // 22: arbor.directory.v1.Command.set_node_state:type_name -> arbor.directory.v1.SetNodeState
+	23, // 23: arbor.directory.v1.Command.decommission_node:type_name -> arbor.directory.v1.DecommissionRequest
+	24, // 24: arbor.directory.v1.Command.update_member_stats:type_name -> arbor.directory.v1.UpdateMemberStats
+	25, // 25: arbor.directory.v1.Command.install_tlt:type_name -> arbor.directory.v1.InstallTLTRequest
+	27, // 26: arbor.directory.v1.Command.update_tlt_rows:type_name -> arbor.directory.v1.UpdateTLTRowsRequest
+	28, // 27: arbor.directory.v1.Command.create_extent:type_name -> arbor.directory.v1.CreateExtentRequest
+	29, // 28: arbor.directory.v1.Command.change_extent_replicas:type_name -> arbor.directory.v1.ChangeExtentReplicasRequest
+	30, // 29: arbor.directory.v1.Command.set_delegation:type_name -> arbor.directory.v1.SetDelegationRequest
+	31, // 30: arbor.directory.v1.Command.renew_delegation:type_name -> arbor.directory.v1.RenewDelegationRequest
+	32, // 31: arbor.directory.v1.Command.delete_delegation:type_name -> arbor.directory.v1.DeleteDelegationRequest
+	33, // 32: arbor.directory.v1.Command.split_delegation:type_name -> arbor.directory.v1.SplitDelegationRequest
+	35, // 33: arbor.directory.v1.Command.create_file_system:type_name -> arbor.directory.v1.CreateFileSystemRequest
+	36, // 34: arbor.directory.v1.Command.delete_file_system:type_name -> arbor.directory.v1.DeleteFileSystemRequest
+	37, // 35: arbor.directory.v1.Command.create_snapshot:type_name -> arbor.directory.v1.CreateSnapshotRequest
+	38, // 36: arbor.directory.v1.Command.delete_snapshot:type_name -> arbor.directory.v1.DeleteSnapshotRequest
+	39, // 37: arbor.directory.v1.Command.grant_lease:type_name -> arbor.directory.v1.GrantLeaseRequest
+	40, // 38: arbor.directory.v1.Command.renew_lease:type_name -> arbor.directory.v1.RenewLeaseRequest
+	41, // 39: arbor.directory.v1.Command.release_lease:type_name -> arbor.directory.v1.ReleaseLeaseRequest
+	42, // 40: arbor.directory.v1.Command.put_config:type_name -> arbor.directory.v1.PutConfigRequest
+	43, // 41: arbor.directory.v1.Command.delete_config:type_name -> arbor.directory.v1.DeleteConfigRequest
+	1,  // 42: arbor.directory.v1.CommandResult.code:type_name -> arbor.directory.v1.ErrorCode
+	3,  // 43: arbor.directory.v1.CommandResult.cluster:type_name -> arbor.directory.v1.ClusterInfo
+	5,  // 44: arbor.directory.v1.CommandResult.node:type_name -> arbor.directory.v1.Node
+	46, // 45: arbor.directory.v1.CommandResult.tlt:type_name -> arbor.directory.v1.TLTVersion
+	12, // 46: arbor.directory.v1.CommandResult.extent:type_name -> arbor.directory.v1.Extent
+	13, // 47: arbor.directory.v1.CommandResult.delegation:type_name -> arbor.directory.v1.Delegation
+	16, // 48: arbor.directory.v1.CommandResult.file_system:type_name -> arbor.directory.v1.FileSystem
+	15, // 49: arbor.directory.v1.CommandResult.snapshot:type_name -> arbor.directory.v1.Snapshot
+	17, // 50: arbor.directory.v1.CommandResult.lease:type_name -> arbor.directory.v1.Lease
+	18, // 51: arbor.directory.v1.CommandResult.config_entry:type_name -> arbor.directory.v1.ConfigEntry
+	34, // 52: arbor.directory.v1.CommandResult.delegation_pair:type_name -> arbor.directory.v1.DelegationPair
+	5,  // 53: arbor.directory.v1.RegisterResponse.node:type_name -> arbor.directory.v1.Node
+	3,  // 54: arbor.directory.v1.RegisterResponse.cluster:type_name -> arbor.directory.v1.ClusterInfo
+	6,  // 55: arbor.directory.v1.HeartbeatRequest.stats:type_name -> arbor.directory.v1.MemberStats
+	2,  // 56: arbor.directory.v1.HeartbeatResponse.action:type_name -> arbor.directory.v1.HeartbeatAction
+	0,  // 57: arbor.directory.v1.HeartbeatResponse.state:type_name -> arbor.directory.v1.NodeState
+	5,  // 58: arbor.directory.v1.StatusResponse.nodes:type_name -> arbor.directory.v1.Node
+	3,  // 59: arbor.directory.v1.StatusResponse.cluster:type_name -> arbor.directory.v1.ClusterInfo
+	5,  // 60: arbor.directory.v1.ListNodesResponse.nodes:type_name -> arbor.directory.v1.Node
+	18, // 61: arbor.directory.v1.ListConfigResponse.entries:type_name -> arbor.directory.v1.ConfigEntry
+	16, // 62: arbor.directory.v1.ListFileSystemsResponse.file_systems:type_name -> arbor.directory.v1.FileSystem
+	12, // 63: arbor.directory.v1.ListExtentsResponse.extents:type_name -> arbor.directory.v1.Extent
+	6,  // 64: arbor.directory.v1.GetMemberStatsResponse.stats:type_name -> arbor.directory.v1.MemberStats
+	20, // 65: arbor.directory.v1.Directory.InitCluster:input_type -> arbor.directory.v1.InitClusterRequest
+	52, // 66: arbor.directory.v1.Directory.Status:input_type -> arbor.directory.v1.StatusRequest
+	21, // 67: arbor.directory.v1.Directory.Register:input_type -> arbor.directory.v1.RegisterRequest
+	50, // 68: arbor.directory.v1.Directory.Heartbeat:input_type -> arbor.directory.v1.HeartbeatRequest
+	54, // 69: arbor.directory.v1.Directory.ListNodes:input_type -> arbor.directory.v1.ListNodesRequest
+	56, // 70: arbor.directory.v1.Directory.GetNode:input_type -> arbor.directory.v1.GetNodeRequest
+	23, // 71: arbor.directory.v1.Directory.Decommission:input_type -> arbor.directory.v1.DecommissionRequest
+	71, // 72: arbor.directory.v1.Directory.GetMemberStats:input_type -> arbor.directory.v1.GetMemberStatsRequest
+	39, // 73: arbor.directory.v1.Directory.GrantLease:input_type -> arbor.directory.v1.GrantLeaseRequest
+	40, // 74: arbor.directory.v1.Directory.RenewLease:input_type -> arbor.directory.v1.RenewLeaseRequest
+	41, // 75: arbor.directory.v1.Directory.ReleaseLease:input_type -> arbor.directory.v1.ReleaseLeaseRequest
+	57, // 76: arbor.directory.v1.Directory.GetLease:input_type -> arbor.directory.v1.GetLeaseRequest
+	58, // 77: arbor.directory.v1.Directory.GetConfig:input_type -> arbor.directory.v1.GetConfigRequest
+	59, // 78: arbor.directory.v1.Directory.ListConfig:input_type -> arbor.directory.v1.ListConfigRequest
+	42, // 79: arbor.directory.v1.Directory.PutConfig:input_type -> arbor.directory.v1.PutConfigRequest
+	43, // 80: arbor.directory.v1.Directory.DeleteConfig:input_type -> arbor.directory.v1.DeleteConfigRequest
+	35, // 81: arbor.directory.v1.Directory.CreateFileSystem:input_type -> arbor.directory.v1.CreateFileSystemRequest
+	36, // 82: arbor.directory.v1.Directory.DeleteFileSystem:input_type -> arbor.directory.v1.DeleteFileSystemRequest
+	62, // 83: arbor.directory.v1.Directory.GetFileSystem:input_type -> arbor.directory.v1.GetFileSystemRequest
+	63, // 84: arbor.directory.v1.Directory.ListFileSystems:input_type -> arbor.directory.v1.ListFileSystemsRequest
+	37, // 85: arbor.directory.v1.Directory.CreateSnapshot:input_type -> arbor.directory.v1.CreateSnapshotRequest
+	38, // 86: arbor.directory.v1.Directory.DeleteSnapshot:input_type -> arbor.directory.v1.DeleteSnapshotRequest
+	65, // 87: arbor.directory.v1.Directory.GetTLT:input_type -> arbor.directory.v1.GetTLTRequest
+	25, // 88: arbor.directory.v1.Directory.InstallTLT:input_type -> arbor.directory.v1.InstallTLTRequest
+	27, // 89: arbor.directory.v1.Directory.UpdateTLTRows:input_type -> arbor.directory.v1.UpdateTLTRowsRequest
+	28, // 90: arbor.directory.v1.Directory.CreateExtent:input_type -> arbor.directory.v1.CreateExtentRequest
+	66, // 91: arbor.directory.v1.Directory.GetExtent:input_type -> arbor.directory.v1.GetExtentRequest
+	67, // 92: arbor.directory.v1.Directory.ListExtents:input_type -> arbor.directory.v1.ListExtentsRequest
+	29, // 93: arbor.directory.v1.Directory.ChangeExtentReplicas:input_type -> arbor.directory.v1.ChangeExtentReplicasRequest
+	69, // 94: arbor.directory.v1.Directory.GetDelegationMap:input_type -> arbor.directory.v1.GetDelegationMapRequest
+	30, // 95: arbor.directory.v1.Directory.SetDelegation:input_type -> arbor.directory.v1.SetDelegationRequest
+	31, // 96: arbor.directory.v1.Directory.RenewDelegation:input_type -> arbor.directory.v1.RenewDelegationRequest
+	32, // 97: arbor.directory.v1.Directory.DeleteDelegation:input_type -> arbor.directory.v1.DeleteDelegationRequest
+	33, // 98: arbor.directory.v1.Directory.SplitDelegation:input_type -> arbor.directory.v1.SplitDelegationRequest
+	3,  // 99: arbor.directory.v1.Directory.InitCluster:output_type -> arbor.directory.v1.ClusterInfo
+	53, // 100: arbor.directory.v1.Directory.Status:output_type -> arbor.directory.v1.StatusResponse
+	49, // 101: arbor.directory.v1.Directory.Register:output_type -> arbor.directory.v1.RegisterResponse
+	51, // 102: arbor.directory.v1.Directory.Heartbeat:output_type -> arbor.directory.v1.HeartbeatResponse
+	55, // 103: arbor.directory.v1.Directory.ListNodes:output_type -> arbor.directory.v1.ListNodesResponse
+	5,  // 104: arbor.directory.v1.Directory.GetNode:output_type -> arbor.directory.v1.Node
+	5,  // 105: arbor.directory.v1.Directory.Decommission:output_type -> arbor.directory.v1.Node
+	72, // 106: arbor.directory.v1.Directory.GetMemberStats:output_type -> arbor.directory.v1.GetMemberStatsResponse
+	17, // 107: arbor.directory.v1.Directory.GrantLease:output_type -> arbor.directory.v1.Lease
+	17, // 108: arbor.directory.v1.Directory.RenewLease:output_type -> arbor.directory.v1.Lease
+	17, // 109: arbor.directory.v1.Directory.ReleaseLease:output_type -> arbor.directory.v1.Lease
+	17, // 110: arbor.directory.v1.Directory.GetLease:output_type -> arbor.directory.v1.Lease
+	18, // 111: arbor.directory.v1.Directory.GetConfig:output_type -> arbor.directory.v1.ConfigEntry
+	60, // 112: arbor.directory.v1.Directory.ListConfig:output_type -> arbor.directory.v1.ListConfigResponse
+	18, // 113: arbor.directory.v1.Directory.PutConfig:output_type -> arbor.directory.v1.ConfigEntry
+	61, // 114: arbor.directory.v1.Directory.DeleteConfig:output_type -> arbor.directory.v1.DeleteConfigResponse
+	16, // 115: arbor.directory.v1.Directory.CreateFileSystem:output_type -> arbor.directory.v1.FileSystem
+	16, // 116: arbor.directory.v1.Directory.DeleteFileSystem:output_type -> arbor.directory.v1.FileSystem
+	16, // 117: arbor.directory.v1.Directory.GetFileSystem:output_type -> arbor.directory.v1.FileSystem
+	64, // 118: arbor.directory.v1.Directory.ListFileSystems:output_type -> arbor.directory.v1.ListFileSystemsResponse
+	15, // 119: arbor.directory.v1.Directory.CreateSnapshot:output_type -> arbor.directory.v1.Snapshot
+	16, // 120: arbor.directory.v1.Directory.DeleteSnapshot:output_type -> arbor.directory.v1.FileSystem
+	10, // 121: arbor.directory.v1.Directory.GetTLT:output_type -> arbor.directory.v1.TLT
+	46, // 122: arbor.directory.v1.Directory.InstallTLT:output_type -> arbor.directory.v1.TLTVersion
+	46, // 123: arbor.directory.v1.Directory.UpdateTLTRows:output_type -> arbor.directory.v1.TLTVersion
+	12, // 124: arbor.directory.v1.Directory.CreateExtent:output_type -> arbor.directory.v1.Extent
+	12, // 125: arbor.directory.v1.Directory.GetExtent:output_type -> arbor.directory.v1.Extent
+	68, // 126: arbor.directory.v1.Directory.ListExtents:output_type -> arbor.directory.v1.ListExtentsResponse
+	12, // 127: arbor.directory.v1.Directory.ChangeExtentReplicas:output_type -> arbor.directory.v1.Extent
+	14, // 128: arbor.directory.v1.Directory.GetDelegationMap:output_type -> arbor.directory.v1.DelegationMap
+	13, // 129: arbor.directory.v1.Directory.SetDelegation:output_type -> arbor.directory.v1.Delegation
+	13, // 130: arbor.directory.v1.Directory.RenewDelegation:output_type -> arbor.directory.v1.Delegation
+	70, // 131: arbor.directory.v1.Directory.DeleteDelegation:output_type -> arbor.directory.v1.DeleteDelegationResponse
+	34, // 132: arbor.directory.v1.Directory.SplitDelegation:output_type -> arbor.directory.v1.DelegationPair
+	99, // [99:133] is the sub-list for method output_type
+	65, // [65:99] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_internal_directory_directorypb_directory_proto_init() }
@@ -5464,9 +5630,9 @@ func file_internal_directory_directorypb_directory_proto_init() {
 	if File_internal_directory_directorypb_directory_proto != nil {
 		return
 	}
-	file_internal_directory_directorypb_directory_proto_msgTypes[37].OneofWrappers = []any{}
-	file_internal_directory_directorypb_directory_proto_msgTypes[38].OneofWrappers = []any{}
-	file_internal_directory_directorypb_directory_proto_msgTypes[40].OneofWrappers = []any{
+	file_internal_directory_directorypb_directory_proto_msgTypes[39].OneofWrappers = []any{}
+	file_internal_directory_directorypb_directory_proto_msgTypes[40].OneofWrappers = []any{}
+	file_internal_directory_directorypb_directory_proto_msgTypes[42].OneofWrappers = []any{
 		(*Command_InitCluster)(nil),
 		(*Command_RegisterNode)(nil),
 		(*Command_SetNodeState)(nil),
@@ -5479,6 +5645,7 @@ func file_internal_directory_directorypb_directory_proto_init() {
 		(*Command_SetDelegation)(nil),
 		(*Command_RenewDelegation)(nil),
 		(*Command_DeleteDelegation)(nil),
+		(*Command_SplitDelegation)(nil),
 		(*Command_CreateFileSystem)(nil),
 		(*Command_DeleteFileSystem)(nil),
 		(*Command_CreateSnapshot)(nil),
@@ -5489,7 +5656,7 @@ func file_internal_directory_directorypb_directory_proto_init() {
 		(*Command_PutConfig)(nil),
 		(*Command_DeleteConfig)(nil),
 	}
-	file_internal_directory_directorypb_directory_proto_msgTypes[42].OneofWrappers = []any{
+	file_internal_directory_directorypb_directory_proto_msgTypes[44].OneofWrappers = []any{
 		(*CommandResult_Cluster)(nil),
 		(*CommandResult_Node)(nil),
 		(*CommandResult_Tlt)(nil),
@@ -5500,6 +5667,7 @@ func file_internal_directory_directorypb_directory_proto_init() {
 		(*CommandResult_Lease)(nil),
 		(*CommandResult_ConfigEntry)(nil),
 		(*CommandResult_Version)(nil),
+		(*CommandResult_DelegationPair)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5507,7 +5675,7 @@ func file_internal_directory_directorypb_directory_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_directory_directorypb_directory_proto_rawDesc), len(file_internal_directory_directorypb_directory_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   68,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -57,6 +57,7 @@ const (
 	Directory_SetDelegation_FullMethodName        = "/arbor.directory.v1.Directory/SetDelegation"
 	Directory_RenewDelegation_FullMethodName      = "/arbor.directory.v1.Directory/RenewDelegation"
 	Directory_DeleteDelegation_FullMethodName     = "/arbor.directory.v1.Directory/DeleteDelegation"
+	Directory_SplitDelegation_FullMethodName      = "/arbor.directory.v1.Directory/SplitDelegation"
 )
 
 // DirectoryClient is the client API for Directory service.
@@ -100,6 +101,7 @@ type DirectoryClient interface {
 	SetDelegation(ctx context.Context, in *SetDelegationRequest, opts ...grpc.CallOption) (*Delegation, error)
 	RenewDelegation(ctx context.Context, in *RenewDelegationRequest, opts ...grpc.CallOption) (*Delegation, error)
 	DeleteDelegation(ctx context.Context, in *DeleteDelegationRequest, opts ...grpc.CallOption) (*DeleteDelegationResponse, error)
+	SplitDelegation(ctx context.Context, in *SplitDelegationRequest, opts ...grpc.CallOption) (*DelegationPair, error)
 }
 
 type directoryClient struct {
@@ -440,6 +442,16 @@ func (c *directoryClient) DeleteDelegation(ctx context.Context, in *DeleteDelega
 	return out, nil
 }
 
+func (c *directoryClient) SplitDelegation(ctx context.Context, in *SplitDelegationRequest, opts ...grpc.CallOption) (*DelegationPair, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DelegationPair)
+	err := c.cc.Invoke(ctx, Directory_SplitDelegation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DirectoryServer is the server API for Directory service.
 // All implementations must embed UnimplementedDirectoryServer
 // for forward compatibility.
@@ -481,6 +493,7 @@ type DirectoryServer interface {
 	SetDelegation(context.Context, *SetDelegationRequest) (*Delegation, error)
 	RenewDelegation(context.Context, *RenewDelegationRequest) (*Delegation, error)
 	DeleteDelegation(context.Context, *DeleteDelegationRequest) (*DeleteDelegationResponse, error)
+	SplitDelegation(context.Context, *SplitDelegationRequest) (*DelegationPair, error)
 	mustEmbedUnimplementedDirectoryServer()
 }
 
@@ -589,6 +602,9 @@ func (UnimplementedDirectoryServer) RenewDelegation(context.Context, *RenewDeleg
 }
 func (UnimplementedDirectoryServer) DeleteDelegation(context.Context, *DeleteDelegationRequest) (*DeleteDelegationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteDelegation not implemented")
+}
+func (UnimplementedDirectoryServer) SplitDelegation(context.Context, *SplitDelegationRequest) (*DelegationPair, error) {
+	return nil, status.Error(codes.Unimplemented, "method SplitDelegation not implemented")
 }
 func (UnimplementedDirectoryServer) mustEmbedUnimplementedDirectoryServer() {}
 func (UnimplementedDirectoryServer) testEmbeddedByValue()                   {}
@@ -1205,6 +1221,24 @@ func _Directory_DeleteDelegation_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Directory_SplitDelegation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SplitDelegationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DirectoryServer).SplitDelegation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Directory_SplitDelegation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DirectoryServer).SplitDelegation(ctx, req.(*SplitDelegationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Directory_ServiceDesc is the grpc.ServiceDesc for Directory service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1343,6 +1377,10 @@ var Directory_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteDelegation",
 			Handler:    _Directory_DeleteDelegation_Handler,
+		},
+		{
+			MethodName: "SplitDelegation",
+			Handler:    _Directory_SplitDelegation_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

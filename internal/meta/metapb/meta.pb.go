@@ -205,6 +205,8 @@ const (
 	TablesRequest_REFRESH TablesRequest_Op = 0
 	// Sweep the tables for a snapshot being deleted.
 	TablesRequest_SWEEP TablesRequest_Op = 1
+	// Read the delegation map now (a table was given to this server).
+	TablesRequest_FOLLOW TablesRequest_Op = 2
 )
 
 // Enum value maps for TablesRequest_Op.
@@ -212,10 +214,12 @@ var (
 	TablesRequest_Op_name = map[int32]string{
 		0: "REFRESH",
 		1: "SWEEP",
+		2: "FOLLOW",
 	}
 	TablesRequest_Op_value = map[string]int32{
 		"REFRESH": 0,
 		"SWEEP":   1,
+		"FOLLOW":  2,
 	}
 )
 
@@ -3207,7 +3211,10 @@ func (x *TableStats) GetFrozen() uint64 {
 }
 
 type TableStatsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Count every table's inodes in the tree (slower) instead of those
+	// cached.
+	Exact         bool `protobuf:"varint,1,opt,name=exact,proto3" json:"exact,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3240,6 +3247,13 @@ func (x *TableStatsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use TableStatsRequest.ProtoReflect.Descriptor instead.
 func (*TableStatsRequest) Descriptor() ([]byte, []int) {
 	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *TableStatsRequest) GetExact() bool {
+	if x != nil {
+		return x.Exact
+	}
+	return false
 }
 
 type TableStatsResponse struct {
@@ -3871,8 +3885,9 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x12creates_per_second\x18\v \x01(\x01R\x10createsPerSecond\x12\x1f\n" +
 	"\vwrite_epoch\x18\f \x01(\x04R\n" +
 	"writeEpoch\x12\x16\n" +
-	"\x06frozen\x18\r \x01(\x04R\x06frozen\"\x13\n" +
-	"\x11TableStatsRequest\"G\n" +
+	"\x06frozen\x18\r \x01(\x04R\x06frozen\")\n" +
+	"\x11TableStatsRequest\x12\x14\n" +
+	"\x05exact\x18\x01 \x01(\bR\x05exact\"G\n" +
 	"\x12TableStatsResponse\x121\n" +
 	"\x06tables\x18\x01 \x03(\v2\x19.arbor.meta.v1.TableStatsR\x06tables\"<\n" +
 	"\x10MoveTableRequest\x12\x14\n" +
@@ -3887,13 +3902,15 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x12SplitTableResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x1b\n" +
 	"\tnew_table\x18\x02 \x01(\x04R\bnewTable\x12\x0e\n" +
-	"\x02at\x18\x03 \x01(\x04R\x02at\"n\n" +
+	"\x02at\x18\x03 \x01(\x04R\x02at\"z\n" +
 	"\rTablesRequest\x12\x0e\n" +
 	"\x02fs\x18\x01 \x01(\x04R\x02fs\x12/\n" +
-	"\x02op\x18\x02 \x01(\x0e2\x1f.arbor.meta.v1.TablesRequest.OpR\x02op\"\x1c\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x1f.arbor.meta.v1.TablesRequest.OpR\x02op\"(\n" +
 	"\x02Op\x12\v\n" +
 	"\aREFRESH\x10\x00\x12\t\n" +
-	"\x05SWEEP\x10\x01\"\x86\x01\n" +
+	"\x05SWEEP\x10\x01\x12\n" +
+	"\n" +
+	"\x06FOLLOW\x10\x02\"\x86\x01\n" +
 	"\x0eTablesResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x1a\n" +
 	"\bversions\x18\x02 \x01(\x04R\bversions\x12\x16\n" +
