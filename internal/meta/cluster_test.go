@@ -244,3 +244,66 @@ func TestServersModelOwnerKills(t *testing.T) {
 		t.Fatal("no owner was killed")
 	}
 }
+
+// TestServersModelMovesSplitsKills runs the model while tables are split
+// and moved between servers (operations over two servers' tables borrow)
+// and owners are killed: every acknowledged operation is there exactly
+// once, and fsck is clean after.
+func TestServersModelMovesSplitsKills(t *testing.T) {
+	seed := fsclienttest.Seed(t)
+	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
+	c := newTestCluster(t, 3)
+	x := c.newFS("chaos")
+	steps := 1500
+	if testing.Short() {
+		steps = 400
+	}
+	rng := rand.New(rand.NewPCG(seed, 9))
+	var splits, moves, kills int
+	rep := fsclienttest.Run(t, x, fsclienttest.Options{Seed: seed, Steps: steps,
+		DataTracts: func() int { _, tracts, _ := c.data.Usage(); return tracts },
+		Between: func(step int) {
+			if step%40 != 39 {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			tabs, err := c.client.Tables(ctx, x.f)
+			if err != nil || len(tabs) == 0 {
+				return
+			}
+			tab := tabs[rng.IntN(len(tabs))]
+			switch op := rng.IntN(10); {
+			case op < 4 && len(tabs) < 12:
+				if _, _, err := c.client.SplitTable(ctx, tab.Table, 0); err == nil {
+					splits++
+				}
+			case op < 9:
+				c.mu.Lock()
+				var live []uint64
+				for id := range c.servers {
+					live = append(live, id)
+				}
+				c.mu.Unlock()
+				if len(live) > 0 {
+					if _, err := c.client.MoveTable(ctx, tab.Table, live[rng.IntN(len(live))]); err == nil {
+						moves++
+					}
+				}
+			default:
+				if tab.Owner != 0 {
+					c.kill(tab.Owner)
+					kills++
+					victim := tab.Owner
+					go func() {
+						time.Sleep(2 * c.lease)
+						c.start(victim)
+					}()
+				}
+			}
+		}})
+	t.Logf("ops %v; %d objects, %d tracts; %d splits, %d moves, %d kills", rep.Ops, rep.Objects, rep.Tracts, splits, moves, kills)
+	if splits == 0 || moves == 0 {
+		t.Fatalf("the run made %d splits and %d moves", splits, moves)
+	}
+}
