@@ -1,6 +1,7 @@
 package btree
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -95,6 +96,29 @@ func TestLeafCacheStaleLeafOnlyConflicts(t *testing.T) {
 	if got != "y" {
 		t.Fatalf("read-only Update saw %q after another client's write; want y", got)
 	}
+	// So does one whose function fails on what it read: the failure must
+	// not rest on a stale leaf (a table owner that read an old header
+	// would think itself fenced).
+	if err := a.Update(ctx, func(tx *Txn) error { _, _, err := tx.Get(k); return err }); err != nil {
+		t.Fatal(err) // a's cache now holds y
+	}
+	if err := b.Put(ctx, k, []byte("z")); err != nil {
+		t.Fatal(err)
+	}
+	errNotZ := errors.New("not z")
+	err = a.Update(ctx, func(tx *Txn) error {
+		v, _, err := tx.Get(k)
+		if err != nil {
+			return err
+		}
+		if string(v) != "z" {
+			return errNotZ
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("an Update failed on a stale cached leaf: %v", err)
+	}
 }
 
 // TestUpdatePagesChargesPages: UpdatePages takes any number of keys on few
@@ -141,4 +165,33 @@ func TestUpdatePagesChargesPages(t *testing.T) {
 		t.Fatal("a refused transaction wrote")
 	}
 	mustCheck(t, tr)
+}
+
+// TestLeafCacheStaleFullLeaf: a client's cached copies of leaves are
+// full, but another client has split them since; the first client's
+// writes to keys that moved to the new halves must not keep splitting
+// what it cached (and give up): a page found full is read again.
+func TestLeafCacheStaleFullLeaf(t *testing.T) {
+	ctx := context.Background()
+	env := newTestEnv(t, 13, testGeometry)
+	a := env.open(t, func(c *Config) { c.LeafCacheBytes = 1 << 20; c.RebalanceQueue = -1 })
+	b := env.open(t, func(c *Config) { c.RebalanceQueue = -1 })
+	value := bytes.Repeat([]byte("v"), testMaxValue)
+	const n = 200
+	for i := range n {
+		if err := a.Put(ctx, key(i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		if err := b.Put(ctx, append(key(i), 'b'), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		if err := a.Put(ctx, append(key(i), 'a'), value); err != nil {
+			t.Fatalf("a's write next to key %d, in its stale full leaf: %v", i, err)
+		}
+	}
+	mustCheck(t, b)
 }

@@ -537,6 +537,41 @@ func (tx *Txn) commit() error {
 	return err
 }
 
+// validateCached checks that the leaves the transaction took from the leaf
+// cache are current, without writing: a retry error (the cached leaves are
+// dropped) if one is not.
+func (tx *Txn) validateCached() error {
+	var ops []Op
+	for _, tp := range tx.pages {
+		if tp.cached {
+			ops = append(ops, Op{Kind: OpCheck, Ref: tp.ref, Slot: tp.slot})
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	dropAll := func() {
+		for _, tp := range tx.pages {
+			tx.t.leaves.drop(tp.ref)
+		}
+	}
+	if len(ops) > MaxOpsPerCommit {
+		dropAll()
+		return retry("too many cached leaves to check", ErrConflict)
+	}
+	tx.t.metrics.commits.Add(1)
+	if _, err := tx.t.store.Commit(tx.ctx, ops); err != nil {
+		dropAll()
+		if errors.Is(err, ErrStale) {
+			for _, tp := range tx.pages {
+				tx.t.cache.dropRef(tp.ref)
+			}
+		}
+		return retry("checking cached leaves", err)
+	}
+	return nil
+}
+
 // rememberWritten puts the leaves a successful commit wrote into the leaf
 // cache, at the slots the store reported.
 func (tx *Txn) rememberWritten(ops []Op, slots []uint64) {
@@ -725,7 +760,11 @@ func (t *Tree) runMode(ctx context.Context, readOnly, perPage bool, fn func(*Txn
 		tx.done = true
 		err := tx.err
 		if err == nil && ferr != nil {
-			return ferr
+			// fn's error may rest on a cached leaf someone changed: it
+			// stands only if what came from the cache is current.
+			if err = tx.validateCached(); err == nil {
+				return ferr
+			}
 		}
 		if err == nil {
 			if err = tx.commit(); err == nil {
@@ -738,6 +777,9 @@ func (t *Tree) runMode(ctx context.Context, readOnly, perPage bool, fn func(*Txn
 		switch {
 		case errors.As(err, &ns):
 			structural++
+			// The full page may be a cached copy someone else has split
+			// already: the next attempt reads it again.
+			t.leaves.drop(ns.ref)
 			if serr := t.split(ctx, ns); serr != nil && !transient(serr) {
 				return serr
 			} else if serr != nil || structural > maxStructuralRetries {
