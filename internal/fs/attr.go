@@ -131,14 +131,13 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 	var a Attr
 	defer func() {
 		if prepared != nil && !used {
-			f.freeTracts(context.WithoutCancel(ctx), []blockEntry{*prepared})
+			f.discardTracts(context.WithoutCancel(ctx), []blockEntry{*prepared})
 		}
 	}()
 	for range maxTruncateAttempts {
 		var needCopy *blockEntry
-		var frees []blockEntry
 		err = f.update(ctx, func(w *wtx) error {
-			needCopy, frees, used = nil, frees[:0], false
+			needCopy, used = nil, false
 			icur, in, err := w.inode(k, h)
 			if err != nil {
 				return err
@@ -191,7 +190,7 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 		})
 		if errors.Is(err, errNeedCopy) {
 			if prepared != nil {
-				f.freeTracts(ctx, []blockEntry{*prepared})
+				f.discardTracts(ctx, []blockEntry{*prepared})
 				prepared = nil
 			}
 			data, rerr := f.readTract(ctx, *needCopy)
@@ -221,7 +220,6 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 		if err != nil {
 			return Attr{}, err
 		}
-		f.freeTracts(ctx, frees)
 		break
 	}
 	if err != nil {
@@ -284,7 +282,7 @@ func (f *FS) trim(ctx context.Context, h Handle) error {
 					return err
 				}
 			}
-			return nil
+			return f.queueFrees(w.tx, frees)
 		})
 		if err != nil {
 			return err

@@ -28,20 +28,22 @@ const maxCheckProblems = 200
 
 // CheckReport is what Check found.
 type CheckReport struct {
-	Views     int // the live file system and each live snapshot
-	Objects   int // objects at the head
-	Names     int
-	Blocks    int // block pairs at the head
-	Tracts    int // distinct tracts referenced by any view
-	Blobs     int
-	Orphans   int // orphan records (pending reclaim)
-	Queued    int // blobs queued for deletion
-	Garbage   int // versions no view reads (a sweep reclaims them)
-	Dangling  int // names whose object is missing
-	LinkCount int // objects whose link count is wrong
-	Leaked    int // tracts or objects nothing references
-	Other     int
-	Problems  []string
+	Views   int // the live file system and each live snapshot
+	Objects int // objects at the head
+	Names   int
+	Blocks  int // block pairs at the head
+	Tracts  int // distinct tracts referenced by any view
+	Blobs   int
+	Orphans int // orphan records (pending reclaim)
+	Queued  int // blobs queued for deletion
+	// FreeingTracts are tracts queued to be emptied (F, 5).
+	FreeingTracts int
+	Garbage       int // versions no view reads (a sweep reclaims them)
+	Dangling      int // names whose object is missing
+	LinkCount     int // objects whose link count is wrong
+	Leaked        int // tracts or objects nothing references
+	Other         int
+	Problems      []string
 }
 
 // OK reports whether nothing is wrong.
@@ -190,6 +192,17 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 		return nil, err
 	}
 	r.Queued = len(queued)
+	freeing := map[tractKey]bool{} // tracts queued to empty (F, 5)
+	recs, err := f.queuedTractFrees(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range recs {
+		for _, t := range rec.tracts {
+			freeing[tractKey{rec.blob, t}] = true
+		}
+	}
+	r.FreeingTracts = len(freeing)
 
 	// Each view's namespace.
 	referenced := map[tractKey]blockEntry{} // every tract any view reads
@@ -421,7 +434,7 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 			continue
 		}
 		for i := uint64(0); i < size; i++ {
-			if _, ok := referenced[tractKey{g, i}]; ok {
+			if _, ok := referenced[tractKey{g, i}]; ok || freeing[tractKey{g, i}] {
 				continue
 			}
 			n, err := lengther.TractLength(ctx, g, i)

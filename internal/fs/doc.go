@@ -33,6 +33,8 @@
 //	F, 2, D, C           orphan: an object with no name left, to reclaim
 //	F, 3, guid           a blob to delete from the data store
 //	F, 4, mount          a mount's session (it may hold orphans open)
+//	F, 5, guid, t        tracts of blob guid (t the first) that a committed
+//	                     transaction replaced or cut off, to empty
 //
 // A directory's inode, names and cookies sort together, followed by the
 // objects created in it, each inode followed by its blocks: creating a file
@@ -121,10 +123,22 @@
 // handle closes (Release). Opens are counted in the memory of whoever runs
 // the FS; orphans of a session that disappeared (its record F, 4 expired)
 // are reclaimed by ReclaimOrphans. Only the session an orphan's record
-// names may still write to it: a file open through one FS whose last name
-// is removed through another (another metadata server, after a failover)
-// is reclaimed by the remover, and the first session's flushes get ESTALE
-// (open-after-unlink then holds within one server, as with NFS).
+// names may still write to it. A metadata server that just took a table
+// over does not know its opens until the sessions tell it (they do within
+// a bound, Config.OpensKnown): an object that loses its last name meanwhile
+// becomes an orphan naming no session (0), which any session that tells
+// of its open may write, and which is reclaimed in the background once the
+// opens are known. A session that does not tell in time (cut off from the
+// cluster) finds its file gone: its flushes get ESTALE, as with NFS.
+//
+// # Freed tracts
+//
+// A transaction that replaces or deletes a block no snapshot shares lists
+// the tract it named under F, 5 in the same commit; the tract is emptied
+// after the commit and the record then deleted. A process that dies
+// between the two leaves the record, and DeleteQueuedBlobs finishes the
+// work: a tract is never leaked by a lost process, and never emptied
+// before the commit that stopped naming it.
 //
 // # Invariants
 //

@@ -116,6 +116,13 @@ func (o *openFiles) holder(h Handle, session uint64) (uint64, bool) {
 	return 0, false
 }
 
+// holds reports whether session holds h open.
+func (o *openFiles) holds(h Handle, session uint64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.opens[h][session]
+}
+
 func (o *openFiles) isOpen(h Handle) bool {
 	_, ok := o.holder(h, 0)
 	return ok
@@ -151,6 +158,20 @@ func (f *FS) Open(ctx context.Context, h Handle) (Attr, error) {
 	return a, nil
 }
 
+// opensKnown reports whether every session holding h open has told this
+// FS so (Config.OpensKnown).
+func (f *FS) opensKnown(h Handle) bool { return f.cfg.OpensKnown == nil || f.cfg.OpensKnown(h) }
+
+// HoldOpens records that session holds each of hs open (a session telling
+// a new metadata server of its opens; Open for one file).
+func (f *FS) HoldOpens(session uint64, hs []Handle) {
+	for _, h := range hs {
+		if !h.IsDir() {
+			f.opens.add(h, session)
+		}
+	}
+}
+
 // OpenNew records an open of a regular file the session has just created
 // (Create returned its attributes already).
 func (f *FS) OpenNew(ctx context.Context, h Handle) { f.opens.add(h, SessionOf(ctx)) }
@@ -167,13 +188,19 @@ func (f *FS) Release(ctx context.Context, h Handle) error {
 			return nil
 		}
 	}
+	if !f.opensKnown(h) {
+		// A session this FS has not heard from may hold it.
+		f.deferReclaim(h)
+		return nil
+	}
 	if err := f.reclaim(ctx, h); err != nil {
 		f.log.Warn("reclaiming an unlinked file at its last close; left to the background", "handle", h, "err", err)
 	}
 	return nil
 }
 
-// orphanOf reports whether h is an orphan whose record names session.
+// orphanOf reports whether h is an orphan whose record names session (or
+// no session: its holders were not known when it lost its last name).
 func (f *FS) orphanOf(ctx context.Context, h Handle, session uint64) bool {
 	var mine bool
 	err := f.meta.View(ctx, func(tx MetaTxn) error {
@@ -182,7 +209,7 @@ func (f *FS) orphanOf(ctx context.Context, h Handle, session uint64) bool {
 			return err
 		}
 		rec, err := decodeOrphanRecord(v)
-		mine = err == nil && rec.Mount == session
+		mine = err == nil && (rec.Mount == session || rec.Mount == 0)
 		return err
 	})
 	return err == nil && mine
@@ -331,7 +358,7 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 			if err != nil {
 				return err
 			}
-			if rec.Mount != session {
+			if rec.Mount != session && (rec.Mount != 0 || !f.opens.holds(h, session)) {
 				return errf(syscall.ESTALE, "file %v was removed by another client", h)
 			}
 		}
@@ -372,6 +399,9 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 		in.BlobExists = true
 		in.DataGen++
 		out.Size, out.DataGen = in.Size, in.DataGen
+		if err := f.queueFrees(w.tx, frees); err != nil {
+			return err
+		}
 		return w.setInode(k, h, icur, in)
 	})
 	if err != nil {
@@ -415,20 +445,6 @@ func blockOffset(prefix []byte) (uint64, error) {
 func (f *FS) readTract(ctx context.Context, e blockEntry) ([]byte, error) {
 	data, err := f.data.ReadTract(ctx, e.Blob, e.Tract)
 	return data, storeErr("read tract", err)
-}
-
-// freeTracts empties tracts no pair names any more (the tract store keeps
-// an empty tract at no cost).
-func (f *FS) freeTracts(ctx context.Context, es []blockEntry) {
-	if len(es) == 0 {
-		return
-	}
-	_ = Parallel(ctx, len(es), maxParallelTracts, func(ctx context.Context, i int) error {
-		if err := f.data.WriteTract(ctx, es[i].Blob, es[i].Tract, nil); err != nil {
-			f.log.Warn("freeing a tract; fsck will report it leaked", "blob", es[i].Blob, "tract", es[i].Tract, "err", err)
-		}
-		return nil
-	})
 }
 
 // Parallel runs fn(0..n-1), at most limit at once, and returns the first

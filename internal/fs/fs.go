@@ -38,6 +38,13 @@ type Config struct {
 	// the lock on directory moves. Nil: this FS is the only writer of its
 	// metadata and keeps both in the superblock, inside its transactions.
 	Shared Shared
+	// OpensKnown, if set, reports whether this FS has heard from every
+	// session holding h open. A metadata server that just took h's table
+	// over has not (its sessions tell it within a bound): until then an
+	// object that loses its last name is kept as an orphan with no known
+	// holder, and reclaimed in the background once the opens are known.
+	// Nil: always (every session opens its files through this FS).
+	OpensKnown func(h Handle) bool
 }
 
 // Shared is what the file system's servers share beyond their own tables.
@@ -131,6 +138,12 @@ type FS struct {
 
 	snapMu sync.Mutex
 	snaps  *snapCache
+
+	// deferred are orphans to reclaim once the opens of their table are
+	// known here (Config.OpensKnown; reclaimDeferred).
+	deferMu      sync.Mutex
+	deferred     map[Handle]time.Time
+	deferRunning bool
 
 	opens openFiles
 	stats Stats

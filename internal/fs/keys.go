@@ -16,6 +16,7 @@ const (
 	spaceOrphans   = 2 // F, 2, D, C: objects with no name left, to reclaim
 	spaceBlobQueue = 3 // F, 3, guid: blobs to delete from the data store
 	spaceSessions  = 4 // F, 4, mount: mounts that may hold orphans open
+	spaceTractFree = 5 // F, 5, guid, tract: tracts to empty once committed away
 
 	superSnapshots = 2
 
@@ -230,6 +231,17 @@ func (k keys) blobQueuePrefix() []byte {
 }
 
 func (k keys) blobQueue(g GUID) []byte { return tuple.AppendBytes(k.blobQueuePrefix(), g[:]) }
+
+func (k keys) tractFreePrefix() []byte {
+	return tuple.AppendUint(tuple.AppendUint(nil, k.f), spaceTractFree)
+}
+
+// tractFree is the key of the queue record that lists tracts of blob g
+// to empty, named by the first of them (a tract is freed once: the key is
+// the transaction's alone).
+func (k keys) tractFree(g GUID, first uint64) []byte {
+	return tuple.AppendUint(tuple.AppendBytes(k.tractFreePrefix(), g[:]), first)
+}
 
 func (k keys) sessionPrefix() []byte {
 	return tuple.AppendUint(tuple.AppendUint(nil, k.f), spaceSessions)

@@ -237,6 +237,9 @@ type newObject struct {
 	rdev   uint64
 	cred   Cred
 	target string // symlinks
+	// d, if set, is the new directory's id (a fresh root placed by the
+	// caller, MkdirAt).
+	d uint64
 }
 
 // Create creates a regular file (EEXIST if name exists).
@@ -263,6 +266,32 @@ func (f *FS) Mknod(ctx context.Context, dir Handle, name string, mode uint32, rd
 func (f *FS) Mkdir(ctx context.Context, dir Handle, name string, mode uint32, cred Cred) (Attr, error) {
 	return f.mknode(ctx, dir, name, newObject{mode: sIFDIR | mode&permBits, cred: cred})
 }
+
+// MkdirAt is Mkdir with the new directory's id chosen by the caller: a
+// root of the too-deep region it drew (TooDeepRoot), so the directory
+// starts a subtree placed apart from its parent's (FlexGroup §3.5, remote
+// placement). EEXIST if something has that id.
+func (f *FS) MkdirAt(ctx context.Context, dir Handle, name string, mode uint32, cred Cred, d uint64) (Attr, error) {
+	if Region(d) != regionTooDeep || f.layout.level(d) != 1 {
+		return Attr{}, errf(syscall.EINVAL, "directory id %#x is not a root of the too-deep region", d)
+	}
+	return f.mknode(ctx, dir, name, newObject{mode: sIFDIR | mode&permBits, cred: cred, d: d})
+}
+
+// TooDeepRoot returns the k-th root of the too-deep region (k >= 1) and
+// the range of its subtree; ok is false past the region's last root.
+func (f *FS) TooDeepRoot(k uint64) (DRange, bool) {
+	d, ok := f.layout.tooDeepRoot(k)
+	if !ok {
+		return DRange{}, false
+	}
+	lo, hi := f.layout.SubtreeRange(d)
+	return DRange{Lo: lo, Hi: hi}, true
+}
+
+// DirLevel returns the depth the id of directory d encodes (0: the root,
+// and the roots of the too-deep region count from 1).
+func (f *FS) DirLevel(d uint64) int { return f.layout.level(d) }
 
 // Symlink creates a symbolic link to target.
 func (f *FS) Symlink(ctx context.Context, dir Handle, name, target string, cred Cred) (Attr, error) {
@@ -301,9 +330,17 @@ func (f *FS) mknode(ctx context.Context, dir Handle, name string, obj newObject)
 			return errf(syscall.EMLINK, "directory %v has %d links", dir, parent.Nlink)
 		}
 		var h Handle
-		if isDir {
+		switch {
+		case obj.d != 0:
+			h = Handle{D: obj.d}
+			if cur, _, err := w.current(k.inode(h)); err != nil {
+				return err
+			} else if cur.Found {
+				return errf(syscall.EEXIST, "directory id %#x is taken", obj.d)
+			}
+		case isDir:
 			h, err = f.allocDir(w, dir, parent)
-		} else {
+		default:
 			h, err = f.allocFile(w, dir, parent)
 		}
 		if err != nil {
@@ -617,10 +654,14 @@ func (f *FS) dropLink(w *wtx, h Handle, cur version, n *inode, now int64) (linkF
 	}
 	// The record names a session that holds the object open (the
 	// remover's first): only it may still write to it, and the orphan
-	// stays while its session lives.
-	holder, _ := f.opens.holder(h, w.session)
-	if holder == 0 {
-		holder = w.session
+	// stays while its session lives. While the opens are not all known
+	// here it names none (0): a session that tells of its open may write,
+	// and the background reclaims it once the opens are known.
+	var holder uint64
+	if f.opensKnown(h) {
+		if holder, _ = f.opens.holder(h, w.session); holder == 0 {
+			holder = w.session
+		}
 	}
 	rec := &orphanRecord{Mount: holder, Since: now}
 	return linkOrphaned, w.tx.Put(k.orphan(h), rec.encode())
@@ -637,7 +678,7 @@ func (f *FS) afterDrop(ctx context.Context, h Handle, fate linkFate) {
 // deleted in the same transaction: it holds nothing outside its inode and
 // no session holds it open.
 func (f *FS) disposable(h Handle, n *inode) bool {
-	if n.Xattrs != 0 || n.TrimFrom != 0 || f.opens.isOpen(h) {
+	if n.Xattrs != 0 || n.TrimFrom != 0 || f.opens.isOpen(h) || !f.opensKnown(h) {
 		return false
 	}
 	switch n.Mode & sIFMT {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/arbor-storage/arbor/internal/btree/tuple"
 )
@@ -14,7 +15,14 @@ import (
 // orphaned is called after a transaction listed h as an orphan: it is
 // reclaimed now, or at its last close if a session holds it open.
 func (f *FS) orphaned(ctx context.Context, h Handle) {
-	if f.opens.markUnlinked(h) {
+	held := f.opens.markUnlinked(h) // reclaimed at its last close
+	if !f.opensKnown(h) {
+		if !held {
+			f.deferReclaim(h)
+		}
+		return
+	}
+	if held {
 		return
 	}
 	if err := f.reclaim(ctx, h); err != nil {
@@ -178,21 +186,7 @@ func (f *FS) ReclaimOrphansIn(ctx context.Context, r DRange, all bool) error {
 		return nil
 	}
 	k := f.keys
-	sessions := map[uint64]int64{}
-	sp := k.sessionPrefix()
-	err := f.meta.Scan(ctx, sp, endOf(sp), func(key, value []byte) error {
-		t, err := tuple.Unpack(key)
-		if err != nil || len(t) != 3 {
-			return fmt.Errorf("%w: session key %x", errCorrupt, key)
-		}
-		id, _ := t[2].(int64)
-		rec, err := decodeSessionRecord(value)
-		if err != nil {
-			return err
-		}
-		sessions[uint64(id)] = rec.Seen
-		return nil
-	})
+	sessions, err := f.sessions(ctx)
 	if err != nil {
 		return err
 	}
@@ -228,9 +222,23 @@ func (f *FS) ReclaimOrphansIn(ctx context.Context, r DRange, all bool) error {
 		if f.opens.isOpen(o.h) {
 			continue
 		}
-		seen, live := sessions[o.rec.Mount]
-		if live && seen > expired && !all {
-			continue
+		switch {
+		case all:
+		case f.cfg.OpensKnown != nil && f.cfg.OpensKnown(o.h):
+			// Every session holding a file of its table open has told
+			// this FS, and none holds it.
+		case o.rec.Mount == 0:
+			continue // a session may yet tell of its open
+		default:
+			seen, recorded := sessions[o.rec.Mount]
+			if !recorded {
+				// A session whose record is not written yet (or lost)
+				// counts from the orphan's birth.
+				seen = o.rec.Since
+			}
+			if seen > expired {
+				continue // its session may hold it open elsewhere
+			}
 		}
 		if err := f.reclaim(ctx, o.h); err != nil {
 			errs = append(errs, fmt.Errorf("orphan %v: %w", o.h, err))
@@ -245,13 +253,17 @@ func (f *FS) ReclaimOrphansIn(ctx context.Context, r DRange, all bool) error {
 	return errors.Join(errs...)
 }
 
-// DeleteQueuedBlobs deletes the blobs queued for deletion (F, 3).
+// DeleteQueuedBlobs deletes the blobs queued for deletion (F, 3) and
+// empties the tracts queued to free (F, 5).
 func (f *FS) DeleteQueuedBlobs(ctx context.Context) error {
 	if f.readOnly {
 		return nil
 	}
 	k := f.keys
 	var errs []error
+	if err := f.freeQueuedTracts(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	var queued []GUID
 	bp := k.blobQueuePrefix()
 	err := f.meta.Scan(ctx, bp, endOf(bp), func(key, _ []byte) error {
@@ -287,4 +299,118 @@ func asUint(e any) (uint64, bool) {
 		return v, true
 	}
 	return 0, false
+}
+
+// sessions returns the session records: when each session was last seen
+// (UnixNano).
+func (f *FS) sessions(ctx context.Context) (map[uint64]int64, error) {
+	sessions := map[uint64]int64{}
+	sp := f.keys.sessionPrefix()
+	err := f.meta.Scan(ctx, sp, endOf(sp), func(key, value []byte) error {
+		t, err := tuple.Unpack(key)
+		if err != nil || len(t) != 3 {
+			return fmt.Errorf("%w: session key %x", errCorrupt, key)
+		}
+		id, _ := asUint(t[2])
+		rec, err := decodeSessionRecord(value)
+		if err != nil {
+			return err
+		}
+		sessions[id] = rec.Seen
+		return nil
+	})
+	return sessions, err
+}
+
+// LiveSessions returns the sessions whose records have not expired
+// (SessionExpiry): those that may hold files open.
+func (f *FS) LiveSessions(ctx context.Context) ([]uint64, error) {
+	sessions, err := f.sessions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	expired := f.now().Add(-SessionExpiry).UnixNano()
+	out := make([]uint64, 0, len(sessions))
+	for id, seen := range sessions {
+		if seen > expired {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// isOrphan reports whether h has an orphan record.
+func (f *FS) isOrphan(ctx context.Context, h Handle) bool {
+	var ok bool
+	err := f.meta.View(ctx, func(tx MetaTxn) error {
+		var err error
+		_, ok, err = tx.Get(f.keys.orphan(h))
+		return err
+	})
+	return err == nil && ok
+}
+
+// Deferred reclaims: an orphan whose table's opens are not all known here
+// yet (Config.OpensKnown) waits until they are, then is reclaimed unless a
+// session told of holding it open meanwhile (it is then reclaimed at that
+// session's last close). Whatever session its record names, an orphan
+// nobody holds open once every open is known is reclaimed.
+const (
+	deferPoll = 250 * time.Millisecond
+	// deferLimit bounds the wait: past it (the table went elsewhere) the
+	// orphan is left to ReclaimOrphans.
+	deferLimit = time.Minute
+)
+
+// deferReclaim queues orphan h for reclaimDeferred, starting it if idle.
+func (f *FS) deferReclaim(h Handle) {
+	f.deferMu.Lock()
+	defer f.deferMu.Unlock()
+	if f.deferred == nil {
+		f.deferred = map[Handle]time.Time{}
+	}
+	if _, ok := f.deferred[h]; !ok {
+		f.deferred[h] = time.Now()
+	}
+	if !f.deferRunning {
+		f.deferRunning = true
+		go f.reclaimDeferred()
+	}
+}
+
+// reclaimDeferred reclaims the deferred orphans as their opens become
+// known, until none is left.
+func (f *FS) reclaimDeferred() {
+	for {
+		time.Sleep(deferPoll)
+		var ready []Handle
+		f.deferMu.Lock()
+		for h, since := range f.deferred {
+			switch {
+			case f.opensKnown(h):
+				ready = append(ready, h)
+				delete(f.deferred, h)
+			case time.Since(since) > deferLimit:
+				delete(f.deferred, h)
+			}
+		}
+		if len(f.deferred) == 0 && len(ready) == 0 {
+			f.deferRunning = false
+			f.deferMu.Unlock()
+			return
+		}
+		f.deferMu.Unlock()
+		for _, h := range ready {
+			if f.opens.isOpen(h) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if f.isOrphan(ctx, h) {
+				if err := f.reclaim(ctx, h); err != nil {
+					f.log.Warn("reclaiming an unlinked object; left to the background", "handle", h, "err", err)
+				}
+			}
+			cancel()
+		}
+	}
 }

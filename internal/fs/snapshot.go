@@ -347,6 +347,9 @@ func (f *FS) sweepKey(ctx context.Context, prefix []byte, vs []keyVersion, live 
 					frees = append(frees, *e)
 				}
 			}
+			if err := f.queueFrees(tx, frees); err != nil {
+				return err
+			}
 			if kind == kindInode && kept == 0 && lastBatch && skipped == 0 && removed == len(batch) {
 				// The object is gone from every snapshot: its blob goes too.
 				for _, kv := range vs {
