@@ -152,6 +152,11 @@ func (s *Server) createSnapshot(ctx context.Context, f uint64, name string) (uin
 // snapshotTables freezes f's tables for snapshot n, records it, thaws
 // them, and has their owners read their headers after each step.
 func (s *Server) snapshotTables(ctx context.Context, st *fsState, n uint64, name string) error {
+	unlock, err := s.fsLock(st.f, "tables")(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	tabs, err := s.tablesOf(ctx, st.f)
 	if err != nil {
 		return err
@@ -302,12 +307,14 @@ func (s *Server) deleteSnapshot(ctx context.Context, f, n uint64) (*pb.DeleteSna
 	}
 	for _, d := range tabs {
 		if d.GetOwnerNode() == 0 {
-			return nil, fmt.Errorf("table %d has no owner to sweep it now; try again", d.GetTableId())
+			return nil, fmt.Errorf("%w: table %d has no owner to sweep it now", errRetry, d.GetTableId())
 		}
 	}
 	sum, err := s.tellOwners(ctx, f, tabs, pb.TablesRequest_SWEEP)
 	if err != nil {
-		return nil, fmt.Errorf("sweep for snapshot %d: %w", n, err)
+		// An owner that did not sweep (it died, the table moved): the
+		// client asks again, and every step is idempotent.
+		return nil, fmt.Errorf("%w: sweep for snapshot %d: %v", errRetry, n, err)
 	}
 	if err := st.direct.RemoveSnapshotRecord(ctx, n); err != nil {
 		return nil, err

@@ -74,6 +74,22 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // owner returns the route to directory id d of file system f: its table
 // and the node serving it (0 while the table has none).
 func (c *Client) owner(ctx context.Context, f, d uint64) (route, error) {
+	routes, err := c.routes(ctx, f)
+	if err != nil {
+		return route{}, err
+	}
+	i := sort.Search(len(routes), func(i int) bool { r := routes[i].r; return r.Hi == 0 || d < r.Hi })
+	if i < len(routes) && routes[i].r.Contains(d) {
+		return routes[i], nil
+	}
+	c.invalidate(f)
+	return route{}, nil
+}
+
+// routes returns file system f's delegation map, sorted by range: as
+// cached, or read again when stale (at most every mapRefresh). The
+// slice is never changed afterwards.
+func (c *Client) routes(ctx context.Context, f uint64) ([]route, error) {
 	c.mu.Lock()
 	m := c.maps[f]
 	if m == nil {
@@ -86,25 +102,20 @@ func (c *Client) owner(ctx context.Context, f, d uint64) (route, error) {
 	if m.stale && time.Since(m.fetched) >= mapRefresh {
 		dm, err := c.dir.GetDelegationMap(ctx, &dpb.GetDelegationMapRequest{FileSystem: f})
 		if err != nil {
-			return route{}, fmt.Errorf("meta: read the delegation map: %w", err)
+			return nil, fmt.Errorf("meta: read the delegation map: %w", err)
 		}
 		var rs []route
 		for _, del := range dm.GetDelegations() {
 			r, err := rangeFromKeys(del.GetStartKey(), del.GetEndKey())
 			if err != nil {
-				return route{}, err
+				return nil, err
 			}
 			rs = append(rs, route{table: del.GetTableId(), r: r, owner: del.GetOwnerNode(), epoch: del.GetEpoch()})
 		}
 		sort.Slice(rs, func(i, j int) bool { return rs[i].r.Lo < rs[j].r.Lo })
 		m.routes, m.fetched, m.stale = rs, time.Now(), false
 	}
-	i := sort.Search(len(m.routes), func(i int) bool { r := m.routes[i].r; return r.Hi == 0 || d < r.Hi })
-	if i < len(m.routes) && m.routes[i].r.Contains(d) {
-		return m.routes[i], nil
-	}
-	m.stale = true
-	return route{}, nil
+	return m.routes, nil
 }
 
 // invalidate marks f's map stale: it is read again at the next request.

@@ -24,17 +24,24 @@ type FSClient struct {
 	slots   chan uint64
 	seqMu   sync.Mutex
 	seqs    []uint64
-	// opens are the files the session holds open, and seen the delegation
-	// epoch each table had at the session's last request to it: a new
-	// owner (or a new incarnation of the old one) is told of the session's
-	// opens in its tables before anything else (it cannot know them: they
-	// live in the old owner's memory).
-	opensMu  sync.Mutex
-	opens    map[fs.Handle]bool
-	seen     map[uint64]uint64
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
+	// opens are the files the session holds open; synced, the delegation
+	// epoch at which each table's owner was last told of those in it
+	// (SyncOpens): a table's new owner (or a new incarnation of the old
+	// one, or a table split off) learns of them before anything else the
+	// session asks of it, and within openCheck anyway, and it does not
+	// reclaim at once a file that loses its last name until every live
+	// session has told it.
+	opensMu sync.Mutex
+	opens   map[fs.Handle]bool
+	synced  map[uint64]uint64
+	// sessionReady is closed once the session's record is written: no
+	// request goes out before (a server waits for the opens of the
+	// sessions it knows of).
+	sessionReady chan struct{}
+	readyOnce    sync.Once
+	stop         chan struct{}
+	stopOnce     sync.Once
+	wg           sync.WaitGroup
 }
 
 // sessionSlots is how many recorded requests a session has in flight at
@@ -51,36 +58,81 @@ const sessionRenewal = 20 * time.Second
 // until Close.
 func (c *Client) FileSystem(f, snap, session uint64) *FSClient {
 	m := &FSClient{c: c, f: f, snap: snap, session: session, slots: make(chan uint64, sessionSlots),
-		seqs: make([]uint64, sessionSlots), opens: map[fs.Handle]bool{}, seen: map[uint64]uint64{}, stop: make(chan struct{})}
+		seqs: make([]uint64, sessionSlots), opens: map[fs.Handle]bool{}, synced: map[uint64]uint64{}, sessionReady: make(chan struct{}), stop: make(chan struct{})}
 	for i := range sessionSlots {
 		m.slots <- uint64(i)
 	}
 	if snap == 0 {
-		m.wg.Add(1)
+		m.wg.Add(2)
 		go m.renewSession()
+		go m.watchOpens()
 	}
 	return m
 }
 
 func (m *FSClient) renewSession() {
 	defer m.wg.Done()
-	renew := func() {
+	renew := func() time.Duration {
 		ctx, cancel := context.WithTimeout(context.Background(), sessionRenewal)
 		defer cancel()
 		if err := m.sessionCall(ctx, false); err != nil {
-			m.c.log.Warn("renewing the session record", "fs", m.f, "session", m.session, "err", err)
+			m.c.log.Warn("renewing the session record; trying again in a second", "fs", m.f, "session", m.session, "err", err)
+			return time.Second
 		}
+		m.readyOnce.Do(func() { close(m.sessionReady) })
+		return sessionRenewal
 	}
-	renew()
-	t := time.NewTicker(sessionRenewal)
+	t := time.NewTimer(renew())
 	defer t.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-t.C:
-			renew()
+			t.Reset(renew())
 		}
+	}
+}
+
+// openCheck is how often a session reads the delegation map to tell
+// tables' new owners of its opens, should no request go there first.
+const openCheck = time.Second
+
+// watchOpens syncs the session's opens with every table's owner, every
+// openCheck.
+func (m *FSClient) watchOpens() {
+	defer m.wg.Done()
+	t := time.NewTicker(openCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.syncAll()
+		}
+	}
+}
+
+// syncAll runs syncOpens for every table of the file system, with the
+// delegation map read again.
+func (m *FSClient) syncAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), openCheck)
+	defer cancel()
+	m.c.invalidate(m.f)
+	rts, err := m.c.routes(ctx, m.f)
+	if err != nil {
+		return
+	}
+	for _, rt := range rts {
+		if rt.owner == 0 {
+			continue
+		}
+		cl, err := m.c.peers.client(ctx, rt.owner)
+		if err != nil {
+			continue
+		}
+		m.syncOpens(ctx, rt, cl)
 	}
 }
 
@@ -131,49 +183,61 @@ func (m *FSClient) recorded(ctx context.Context) (*pb.Header, func(), error) {
 
 // call sends a request routed by directory id d.
 func (m *FSClient) call(ctx context.Context, d uint64, fn func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error)) error {
-	h := m.header()
-	return m.c.callRouted(ctx, m.f, d, m.onRoute, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) { return fn(ctx, cl, h) })
+	return m.send(ctx, d, false, fn)
 }
 
 // callRecorded sends a request that must apply once.
 func (m *FSClient) callRecorded(ctx context.Context, d uint64, fn func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error)) error {
-	h, release, err := m.recorded(ctx)
-	if err != nil {
-		return err
-	}
-	defer release()
-	return m.c.callRouted(ctx, m.f, d, m.onRoute, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) { return fn(ctx, cl, h) })
+	return m.send(ctx, d, true, fn)
 }
 
-// onRoute re-registers the session's opens in a table with its owner when
-// the owner is not the one the session last spoke to about it. The owner
-// counts as seen only once every open is registered: an attempt that
-// failed (the owner not serving yet) is made again with the request's
-// next attempt.
-func (m *FSClient) onRoute(ctx context.Context, rt route, cl pb.MetaClient) {
+// send sends a request routed by directory id d (recorded: it must apply
+// once), once the session's record is written.
+func (m *FSClient) send(ctx context.Context, d uint64, recorded bool, fn func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error)) error {
+	if m.snap == 0 {
+		select {
+		case <-m.sessionReady:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: waiting for the session record: %w", syscall.EIO, ctx.Err())
+		}
+	}
+	h := m.header()
+	if recorded {
+		var release func()
+		var err error
+		if h, release, err = m.recorded(ctx); err != nil {
+			return err
+		}
+		defer release()
+	}
+	return m.c.callRouted(ctx, m.f, d, m.syncOpens, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) { return fn(ctx, cl, h) })
+}
+
+// syncOpens tells the owner of table rt, unless it was told at rt's epoch
+// already, which files the session holds open in it (SyncOpens). One that
+// fails is tried again before the next request to the table.
+func (m *FSClient) syncOpens(ctx context.Context, rt route, cl pb.MetaClient) {
 	if m.snap != 0 {
 		return
 	}
 	m.opensMu.Lock()
-	prev, known := m.seen[rt.table]
-	var hs []fs.Handle
-	if known && prev != rt.epoch {
-		for h := range m.opens {
-			if rt.r.Contains(h.D) {
-				hs = append(hs, h)
-			}
+	if m.synced[rt.table] == rt.epoch {
+		m.opensMu.Unlock()
+		return
+	}
+	req := &pb.SyncOpensRequest{Header: m.header(), Table: rt.table, Epoch: rt.epoch}
+	for h := range m.opens {
+		if rt.r.Contains(h.D) {
+			req.Handles = append(req.Handles, handleToPB(h))
 		}
 	}
 	m.opensMu.Unlock()
-	for _, hd := range hs {
-		resp, err := cl.Open(ctx, &pb.OpenRequest{Header: m.header(), Handle: handleToPB(hd)})
-		if err != nil || (resp.GetError() != nil && resp.GetError().GetKind() != pb.Error_POSIX) {
-			return // not registered: try again at the next attempt
-		}
-		// A POSIX error: the file is gone, there is nothing to hold.
+	resp, err := cl.SyncOpens(ctx, req)
+	if err != nil || resp.GetError() != nil {
+		return
 	}
 	m.opensMu.Lock()
-	m.seen[rt.table] = rt.epoch
+	m.synced[rt.table] = max(m.synced[rt.table], rt.epoch)
 	m.opensMu.Unlock()
 }
 
@@ -202,17 +266,11 @@ func attrOf(resp *pb.AttrResponse, err error) (fs.Attr, error) {
 // attrCall runs a request answered with attributes.
 func (m *FSClient) attrCall(ctx context.Context, d uint64, record bool, send func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error)) (fs.Attr, error) {
 	var resp *pb.AttrResponse
-	fn := func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+	err := m.send(ctx, d, record, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
 		var err error
 		resp, err = send(ctx, cl, h)
 		return resp.GetError(), err
-	}
-	var err error
-	if record {
-		err = m.callRecorded(ctx, d, fn)
-	} else {
-		err = m.call(ctx, d, fn)
-	}
+	})
 	return attrOf(resp, err)
 }
 
@@ -257,20 +315,23 @@ func (m *FSClient) Create(ctx context.Context, dir fs.Handle, name string, mode 
 
 // Mknod implements fsclient.Metadata.
 func (m *FSClient) Mknod(ctx context.Context, dir fs.Handle, name string, mode uint32, rdev uint64, cred fs.Cred) (fs.Attr, error) {
-	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_NODE, Dir: handleToPB(dir), Name: name, Mode: mode, Rdev: rdev,
+	a, err := m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_NODE, Dir: handleToPB(dir), Name: name, Mode: mode, Rdev: rdev,
 		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}})
+	return a, err
 }
 
 // Mkdir implements fsclient.Metadata.
 func (m *FSClient) Mkdir(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, error) {
-	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_DIRECTORY, Dir: handleToPB(dir), Name: name, Mode: mode,
+	a, err := m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_DIRECTORY, Dir: handleToPB(dir), Name: name, Mode: mode,
 		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}})
+	return a, err
 }
 
 // Symlink implements fsclient.Metadata.
 func (m *FSClient) Symlink(ctx context.Context, dir fs.Handle, name, target string, cred fs.Cred) (fs.Attr, error) {
-	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_SYMLINK, Dir: handleToPB(dir), Name: name, Target: target,
+	a, err := m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_SYMLINK, Dir: handleToPB(dir), Name: name, Target: target,
 		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}})
+	return a, err
 }
 
 // Readlink implements fsclient.Metadata.
@@ -463,17 +524,17 @@ func (m *FSClient) FileBlocks(ctx context.Context, hd fs.Handle, starts []uint64
 	return state, refs, nil
 }
 
-// CommitBlocks implements fsclient.Metadata. A retry of a commit that was
-// applied finds its blocks changed (by itself) and fails with
-// fs.ErrRaced; the client's flush then writes them again, which is
-// idempotent.
+// CommitBlocks implements fsclient.Metadata. It is recorded: a commit
+// whose answer was lost is not applied twice, and its retry is told it was
+// applied (a flush that took it for failed would free tracts the file
+// names).
 func (m *FSClient) CommitBlocks(ctx context.Context, hd fs.Handle, blob fs.GUID, blocks []fs.NewBlock, size uint64, mtime int64) (fs.BlocksCommitted, error) {
 	req := &pb.CommitBlocksRequest{Handle: handleToPB(hd), Blob: blob[:], Size: size, MtimeNs: mtime}
 	for _, b := range blocks {
 		req.Blocks = append(req.Blocks, &pb.NewBlock{Start: b.Start, Tract: b.Tract, Length: b.Length, Base: blockToPB(b.Base)})
 	}
 	var resp *pb.CommitBlocksResponse
-	err := m.call(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+	err := m.callRecorded(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
 		req.Header = h
 		var err error
 		resp, err = cl.CommitBlocks(ctx, req)

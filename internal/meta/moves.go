@@ -87,6 +87,20 @@ func (s *Server) moveTable(ctx context.Context, id, to uint64) (*dpb.Delegation,
 		return nil, invalidf("move table %d to node %d: the node is %s and runs %v; a table goes only to a live metadata server",
 			id, to, directory.StateName(target.GetState()), target.GetRoles())
 	}
+	nd, err := s.handOver(ctx, st, d, to)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("moved a table", "table", id, "fs", d.GetFileSystem(), "to", to, "epoch", nd.GetEpoch())
+	s.tellFollow(ctx, to)
+	return nd, nil
+}
+
+// handOver stops serving table d and gives it to node to in the map.
+func (s *Server) handOver(ctx context.Context, st *fsState, d *dpb.Delegation, to uint64) (*dpb.Delegation, error) {
+	id := d.GetTableId()
+	s.servingMu.Lock()
+	defer s.servingMu.Unlock()
 	resume, err := st.st.pause(ctx, id)
 	if err != nil {
 		return nil, err
@@ -102,8 +116,6 @@ func (s *Server) moveTable(ctx context.Context, id, to uint64) (*dpb.Delegation,
 	delete(s.leases, id)
 	s.leaseMu.Unlock()
 	st.st.drop(ctx, id)
-	s.log.Info("moved a table", "table", id, "fs", d.GetFileSystem(), "to", to, "epoch", nd.GetEpoch())
-	s.tellFollow(ctx, to)
 	return nd, nil
 }
 
@@ -146,9 +158,29 @@ func (s *Server) splitTable(ctx context.Context, id, at uint64) (*dpb.Delegation
 	if at <= r.Lo || (r.Hi != 0 && at >= r.Hi) {
 		return nil, 0, invalidf("split table %d %v at %#x: not inside the table", id, r, at)
 	}
+	// No snapshot may be under way: its freeze would miss the new table.
+	unlock, err := s.fsLock(st.f, "tables")(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer unlock()
+	if t, ok := st.st.serves(r.Lo); !ok || t.id != id || t.hdr.Frozen != 0 {
+		return nil, 0, fmt.Errorf("%w: split table %d: it is not served here, or frozen by a snapshot not finished", errRetry, id)
+	}
+	s.servingMu.Lock()
+	defer s.servingMu.Unlock()
 	resume, err := st.st.pause(ctx, id)
 	if err != nil {
 		return nil, 0, err
+	}
+	// The right part's retried requests look for their reply records in
+	// its own area: copy them there (the table is paused: no reply record
+	// changes) before it can serve anything. Records copied for a split
+	// that then fails are table records no scan reads, and a later split
+	// at the same point overwrites them.
+	if err := copyReplies(ctx, s.tree(), st.f, r.Lo, at); err != nil {
+		resume()
+		return nil, 0, fmt.Errorf("split table %d: copy its reply records: %w", id, err)
 	}
 	key, _ := rangeToKeys(fs.DRange{Lo: at})
 	pair, err := s.cfg.Directory.SplitDelegation(ctx, &dpb.SplitDelegationRequest{TableId: id, ExpectedEpoch: d.GetEpoch(), SplitKey: key})
@@ -156,13 +188,8 @@ func (s *Server) splitTable(ctx context.Context, id, at uint64) (*dpb.Delegation
 		resume()
 		return nil, 0, fmt.Errorf("split table %d: %w", id, err)
 	}
-	// The right part's retried requests look for their reply records in
-	// its own area: copy them there before it serves anything.
 	st.st.forget(id)
 	st.st.dropUnit(at)
-	if err := copyReplies(ctx, s.tree(), st.f, r.Lo, at); err != nil {
-		s.log.Warn("copying reply records to a split table's new part; retries of requests from before the split may run again", "table", pair.GetRight().GetTableId(), "err", err)
-	}
 	s.leaseMu.Lock()
 	delete(s.leases, id)
 	s.leaseMu.Unlock()
@@ -241,9 +268,6 @@ func (s *Server) splitPoint(ctx context.Context, st *fsState, r fs.DRange) (uint
 	}
 	return ws[len(ws)-1].d, nil
 }
-
-// errBorrow marks an operation that needs tables another server owns.
-var errBorrow = errors.New("meta: the operation needs tables served elsewhere")
 
 // borrow brings the tables of the directory ids ds that other servers own
 // to this one (Ursa Minor §3.5 BORROW): their owners hand them over; they

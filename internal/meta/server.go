@@ -100,12 +100,19 @@ type Server struct {
 	// leases: the tables served here, by id, with the lease state.
 	leaseMu sync.Mutex
 	leases  map[uint64]*lease
+	// servingMu serializes what changes the tables served here: following
+	// the map, renewing (and taking back) leases, moves and splits. Without
+	// it, a map read during a split would drop the parts the split just
+	// acquired.
+	servingMu sync.Mutex
 
 	inflightMu sync.Mutex
 	inflight   map[[2]uint64]*call
 
 	borrowMu sync.Mutex
 	borrowed map[uint64]*borrowed
+
+	place placer
 
 	stores atomic.Pointer[stores]
 
@@ -230,6 +237,8 @@ func (s *Server) Start() {
 	s.loop("coordinator", time.Second, s.coordinate)
 	s.loop("frozen tables", 20*time.Millisecond, s.pollFrozen)
 	s.loop("borrowed tables", time.Second, s.returnBorrowed)
+	s.loop("placement refresh", time.Second, s.refreshPlacement)
+	s.loop("live sessions", time.Second, s.refreshSessions)
 	if s.cfg.ReclaimInterval > 0 {
 		s.loop("orphan reclaim", s.cfg.ReclaimInterval, s.reclaim)
 	}
@@ -316,7 +325,7 @@ func (s *Server) fsOf(ctx context.Context, f uint64) (*fsState, error) {
 	store := newStore(f, s.cfg.Node, s.tree(), s.cfg.Limits, s.log, s.m)
 	st = &fsState{f: f, st: store, direct: direct, snaps: map[uint64]*fs.FS{}, stats: newTableStats()}
 	st.live, err = fs.Open(ctx, fs.Config{Meta: store, Data: s.data(), Number: f, Logger: s.log,
-		Shared: shared{tree: s.tree(), f: f, lock: s.renameLock(f)}})
+		Shared: shared{tree: s.tree(), f: f, lock: s.fsLock(f, "rename")}, OpensKnown: store.opensKnown})
 	if err != nil {
 		store.close()
 		return nil, err
@@ -355,10 +364,15 @@ func (s *Server) engine(ctx context.Context, st *fsState, snap uint64) (*fs.FS, 
 	return e, nil
 }
 
-// renameLock is fs.Shared's lock on directory moves of file system f: a
-// directory lease every server of f asks for.
-func (s *Server) renameLock(f uint64) func(ctx context.Context) (func(), error) {
-	name := fmt.Sprintf("fs/%d/rename", f)
+// fsLock is a lock named what over file system f that every server of f
+// asks for: a directory lease, held until released or for at most hold
+// (its holder dies: the lease lapses). The file system's locks:
+//
+//	rename  directory moves (fs.Shared's LockRenames)
+//	tables  snapshots and table splits: a split during a snapshot would
+//	        leave its new table out of the freeze
+func (s *Server) fsLock(f uint64, what string) func(ctx context.Context) (func(), error) {
+	name := fmt.Sprintf("fs/%d/%s", f, what)
 	const hold = 30 * time.Second
 	return func(ctx context.Context) (func(), error) {
 		for attempt := 0; ; attempt++ {
@@ -372,10 +386,10 @@ func (s *Server) renameLock(f uint64) func(ctx context.Context) (func(), error) 
 				}, nil
 			}
 			if c := directory.CodeOf(err); c != dpb.ErrorCode_LEASE_HELD && c != dpb.ErrorCode_CONFLICT && c != -1 {
-				return nil, err
+				return nil, fmt.Errorf("lock %s: %w", name, err)
 			}
 			if err := sleepCtx(ctx, backoff(attempt)); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("lock %s: %w", name, err)
 			}
 		}
 	}
@@ -400,6 +414,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // followMap acquires the tables the delegation map gives this server and
 // drops those it no longer does.
 func (s *Server) followMap(ctx context.Context) {
+	s.servingMu.Lock()
+	defer s.servingMu.Unlock()
 	dm, err := s.cfg.Directory.GetDelegationMap(ctx, &dpb.GetDelegationMapRequest{})
 	if err != nil {
 		s.log.Debug("reading the delegation map", "err", err)
@@ -414,7 +430,10 @@ func (s *Server) followMap(ctx context.Context) {
 	s.leaseMu.Lock()
 	var lost []*lease
 	for id, l := range s.leases {
-		if d, ok := mine[id]; !ok || d.GetEpoch() != l.epoch {
+		if d, ok := mine[id]; !ok || d.GetEpoch() != l.epoch || !s.holds(l) {
+			// Gone from the map, or at a new epoch, or dropped by the
+			// store (a commit found its header changed): the map's word,
+			// if it still names this server, is acquired again below.
 			lost = append(lost, l)
 			delete(s.leases, id)
 		}
@@ -468,8 +487,19 @@ func (s *Server) dropTable(ctx context.Context, l *lease) {
 	}
 }
 
+// holds reports whether the store still has table l at its epoch. Callers
+// hold leaseMu.
+func (s *Server) holds(l *lease) bool {
+	s.mu.Lock()
+	st := s.fss[l.f]
+	s.mu.Unlock()
+	return st != nil && st.st.has(l.table, l.epoch)
+}
+
 // renewLeases renews the lease of every table served here.
 func (s *Server) renewLeases(ctx context.Context) {
+	s.servingMu.Lock()
+	defer s.servingMu.Unlock()
 	s.leaseMu.Lock()
 	ls := make([]*lease, 0, len(s.leases))
 	for _, l := range s.leases {
@@ -549,6 +579,26 @@ func (s *Server) pollFrozen(ctx context.Context) {
 	for _, st := range sts {
 		st.st.refreshFrozen(ctx)
 		s.completeFrozen(ctx, st)
+	}
+}
+
+// refreshSessions reads which sessions are live, for each file system
+// served here (store.opensKnown).
+func (s *Server) refreshSessions(ctx context.Context) {
+	s.mu.Lock()
+	sts := make([]*fsState, 0, len(s.fss))
+	for _, st := range s.fss {
+		sts = append(sts, st)
+	}
+	s.mu.Unlock()
+	for _, st := range sts {
+		at := time.Now()
+		live, err := st.direct.LiveSessions(ctx)
+		if err != nil {
+			s.log.Debug("reading the live sessions", "fs", st.f, "err", err)
+			continue
+		}
+		st.st.setLive(live, at)
 	}
 }
 

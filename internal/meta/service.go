@@ -184,7 +184,25 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 	dir := handleFromPB(req.GetDir())
 	cred := fs.Cred{Uid: req.GetCred().GetUid(), Gid: req.GetCred().GetGid()}
 	var a fs.Attr
+	var remote struct {
+		tried         bool
+		d, table, dst uint64
+	}
 	e := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true, create: true}, func(ctx context.Context, f *fs.FS) (err error) {
+		if req.GetKind() == pb.CreateRequest_DIRECTORY && !remote.tried && req.GetHeader().GetSnapshot() == 0 {
+			// FlexGroup placement: most directories stay with their
+			// parent; RP sends some to another server, as new tables.
+			remote.tried = true
+			if dst, ok := s.placeRemote(f, dir); ok {
+				st, _ := s.fsOf(ctx, req.GetHeader().GetFs())
+				d, table, perr := s.remoteDirectory(ctx, st, f)
+				if perr != nil {
+					s.log.Info("placing a directory on another server; keeping it here", "err", perr)
+				} else {
+					remote.d, remote.table, remote.dst = d, table, dst
+				}
+			}
+		}
 		switch req.GetKind() {
 		case pb.CreateRequest_FILE:
 			if a, err = f.Create(ctx, dir, req.GetName(), req.GetMode(), cred); err == nil && req.GetOpen() {
@@ -193,7 +211,11 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 		case pb.CreateRequest_NODE:
 			a, err = f.Mknod(ctx, dir, req.GetName(), req.GetMode(), req.GetRdev(), cred)
 		case pb.CreateRequest_DIRECTORY:
-			a, err = f.Mkdir(ctx, dir, req.GetName(), req.GetMode(), cred)
+			if remote.d != 0 {
+				a, err = f.MkdirAt(ctx, dir, req.GetName(), req.GetMode(), cred, remote.d)
+			} else {
+				a, err = f.Mkdir(ctx, dir, req.GetName(), req.GetMode(), cred)
+			}
 		case pb.CreateRequest_SYMLINK:
 			a, err = f.Symlink(ctx, dir, req.GetName(), req.GetTarget(), cred)
 		default:
@@ -206,6 +228,19 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 		}
 		return err
 	})
+	if remote.table != 0 {
+		// The new directory's table goes to the server placement chose
+		// (it was served here for the mkdir; used or not, it moves).
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			mctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+			defer cancel()
+			if _, err := s.moveTable(mctx, remote.table, remote.dst); err != nil {
+				s.log.Info("moving a remote directory's table to its server", "table", remote.table, "to", remote.dst, "err", err)
+			}
+		}()
+	}
 	return attrResponse(e, a), nil
 }
 
@@ -335,6 +370,39 @@ func (s *Server) Release(ctx context.Context, req *pb.OpenRequest) (*pb.ErrorRes
 	return &pb.ErrorResponse{Error: e}, nil
 }
 
+// SyncOpens implements pb.MetaServer: a session tells the owner of a
+// table, at the epoch it found it at, which of its files it holds open
+// there.
+func (s *Server) SyncOpens(ctx context.Context, req *pb.SyncOpensRequest) (*pb.ErrorResponse, error) {
+	h := req.GetHeader()
+	if h.GetSession() == 0 {
+		return &pb.ErrorResponse{Error: errorToPB(invalidf("no session"))}, nil
+	}
+	if len(req.GetHandles()) > maxSyncedOpens {
+		return &pb.ErrorResponse{Error: errorToPB(invalidf("%d open files in one request (the bound is %d)", len(req.GetHandles()), maxSyncedOpens))}, nil
+	}
+	if h.GetSnapshot() != 0 {
+		return &pb.ErrorResponse{}, nil // nothing is reclaimed in a snapshot
+	}
+	st, err := s.fsOf(ctx, h.GetFs())
+	if err != nil {
+		return &pb.ErrorResponse{Error: errorToPB(err)}, nil
+	}
+	hs := make([]fs.Handle, len(req.GetHandles()))
+	for i, x := range req.GetHandles() {
+		hs[i] = handleFromPB(x)
+	}
+	st.live.HoldOpens(h.GetSession(), hs)
+	if !st.st.syncedOpens(req.GetTable(), req.GetEpoch(), h.GetSession()) {
+		return &pb.ErrorResponse{Error: errorToPB(fmt.Errorf("%w: table %d at epoch %d", errNotOwner, req.GetTable(), req.GetEpoch()))}, nil
+	}
+	return &pb.ErrorResponse{}, nil
+}
+
+// maxSyncedOpens bounds the open files one SyncOpens names (a session
+// with more sends several).
+const maxSyncedOpens = 1 << 16
+
 // StatFS implements pb.MetaServer (routed by the root directory).
 func (s *Server) StatFS(ctx context.Context, req *pb.StatFSRequest) (*pb.StatFSResponse, error) {
 	var sf fs.StatFS
@@ -387,10 +455,21 @@ func (s *Server) CommitBlocks(ctx context.Context, req *pb.CommitBlocksRequest) 
 		nbs[i] = fs.NewBlock{Start: b.GetStart(), Tract: b.GetTract(), Length: b.GetLength(), Base: blockFromPB(b.GetBase())}
 	}
 	var res fs.BlocksCommitted
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
-		res, err = f.CommitBlocks(ctx, handleFromPB(req.GetHandle()), blob, nbs, req.GetSize(), req.GetMtimeNs())
+	h := handleFromPB(req.GetHandle())
+	e := s.run(ctx, request{hdr: req.GetHeader(), d: h.D, recorded: true}, func(ctx context.Context, f *fs.FS) (err error) {
+		res, err = f.CommitBlocks(ctx, h, blob, nbs, req.GetSize(), req.GetMtimeNs())
 		return err
-	}, nil)
+	}, func(ctx context.Context, f *fs.FS) error {
+		// Applied already (the client lost the answer): the blocks as they
+		// are now, which that commit or a later one wrote.
+		starts := make([]uint64, len(nbs))
+		for i, b := range nbs {
+			starts[i] = b.Start
+		}
+		st, refs, err := f.FileBlocks(ctx, h, starts)
+		res = fs.BlocksCommitted{Blocks: refs, Size: st.Size, DataGen: st.DataGen}
+		return err
+	})
 	if e != nil {
 		return &pb.CommitBlocksResponse{Error: e}, nil
 	}
@@ -412,7 +491,13 @@ func (s *Server) Session(ctx context.Context, req *pb.SessionRequest) (*pb.Error
 		if req.GetEnd() {
 			return f.EndSession(ctx, sess)
 		}
-		return f.RenewSession(ctx, sess)
+		if err := f.RenewSession(ctx, sess); err != nil {
+			return err
+		}
+		if st, err := s.fsOf(ctx, req.GetHeader().GetFs()); err == nil {
+			st.st.addLive(sess)
+		}
+		return nil
 	}, nil)
 	return &pb.ErrorResponse{Error: e}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/RaduBerinde/btreemap"
@@ -34,6 +35,20 @@ type store struct {
 	mu      sync.RWMutex
 	changed *sync.Cond // on mu: tables, frozen state or units changed
 	tables  []*table   // owned, sorted by range
+	// served is what opensKnown reads of tables (it runs inside
+	// transactions, which hold mu): each table's range and since, set
+	// with tables (publishServedLocked). split are tables forgotten by a
+	// split, whose parts keep their since.
+	served atomic.Pointer[[]servedTable]
+	split  []servedTable
+	// opensMu guards what tells whether the opens of a table are known
+	// here (opensKnown): which sessions told of theirs (SyncOpens) since
+	// the table has been served here, and the live sessions, read from
+	// their records at liveAt. It is taken inside mu, never around it.
+	opensMu sync.Mutex
+	synced  map[uint64]map[uint64]bool // table id -> sessions
+	live    []uint64
+	liveAt  time.Time
 	kv      *btreemap.BTreeMap[string, *entry]
 	units   map[uint64]*unit // loaded units by directory id
 	unitIdx *btreemap.BTreeMap[uint64, *unit]
@@ -85,6 +100,9 @@ type table struct {
 	serving bool
 	// frozenSince is when the server found it frozen.
 	frozenSince time.Time
+	// since is when the server began serving it: after opensGrace, every
+	// session holding a file of it open has told the server (opensKnown).
+	since time.Time
 	// leaseUntil is when the server stops serving the table unless its
 	// lease is renewed (the lease's holder deadline).
 	leaseUntil time.Time

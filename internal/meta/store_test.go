@@ -159,7 +159,7 @@ func TestStoreModel(t *testing.T) {
 		steps = 600
 	}
 	e := newStoreEnv(t, 64<<10)
-	rep := fsclienttest.Run(t, e, fsclienttest.Options{Seed: seed, Steps: steps,
+	rep := fsclienttest.Run(t, e, fsclienttest.Options{Seed: seed, Steps: steps, ReclaimWithin: 15 * time.Second,
 		DataTracts: func() int { _, tracts, _ := e.data.Usage(); return tracts }})
 	m := e.tree.Metrics()
 	t.Logf("ops %v; %d objects, %d tracts; %d commits for %d operations, %d aborts, %d loads; tree: %d commits, %d leaf cache hits, %d page reads",

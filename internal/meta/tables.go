@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -70,8 +71,30 @@ func (s *store) acquire(ctx context.Context, a assignment) error {
 			return fmt.Errorf("meta: table %d %v overlaps table %d %v served here", a.id, a.r, t.id, t.r)
 		}
 	}
+	since, from := time.Now(), uint64(0) // from: the table whose synced sessions carry over
+	for _, t := range s.tables {
+		if t.id == a.id && t.r == a.r && a.epoch == t.epoch+1 {
+			// Served here all along (taken again after its lease lapsed).
+			since, from = t.since, t.id
+		}
+	}
+	for _, p := range s.split {
+		if p.r.Contains(a.r.Lo) && (p.r.Hi == 0 || (a.r.Hi != 0 && a.r.Hi <= p.r.Hi)) {
+			since, from = p.since, p.id // a part of a table split here
+		}
+	}
+	s.opensMu.Lock()
+	if s.synced == nil {
+		s.synced = map[uint64]map[uint64]bool{}
+	}
+	if from == 0 {
+		s.synced[a.id] = map[uint64]bool{}
+	} else {
+		s.synced[a.id] = maps.Clone(s.synced[from])
+	}
+	s.opensMu.Unlock()
 	s.tables = slices.DeleteFunc(s.tables, func(t *table) bool { return t.id == a.id })
-	t := &table{id: a.id, r: a.r, epoch: a.epoch, hdr: *h, serving: true}
+	t := &table{id: a.id, r: a.r, epoch: a.epoch, hdr: *h, serving: true, since: since}
 	if h.Frozen != 0 {
 		t.frozenSince = time.Now()
 	}
@@ -82,6 +105,7 @@ func (s *store) acquire(ctx context.Context, a assignment) error {
 		}
 		return 1
 	})
+	s.publishServedLocked()
 	s.changed.Broadcast()
 	s.log.Info("serving table", "table", a.id, "range", a.r, "epoch", a.epoch, "w", h.W, "frozen", h.Frozen)
 	return nil
@@ -126,6 +150,7 @@ func (s *store) drop(ctx context.Context, id uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tables = slices.DeleteFunc(s.tables, func(x *table) bool { return x == t })
+	s.publishServedLocked()
 	for _, u := range s.units {
 		if t.r.Contains(u.d) && u.dirty == 0 {
 			s.dropUnitLocked(u)
@@ -146,6 +171,7 @@ func (s *store) fenced(e *errFenced) {
 	case e.hdr == nil || e.hdr.Epoch != t.epoch || e.hdr.Owner != s.node:
 		t.serving = false
 		s.tables = slices.DeleteFunc(s.tables, func(x *table) bool { return x == t })
+		s.publishServedLocked()
 		s.log.Warn("lost table to a newer owner", "table", t.id, "epoch", t.epoch, "header", e.hdr)
 	default:
 		if e.hdr.Frozen != 0 && t.hdr.Frozen == 0 {
@@ -199,6 +225,86 @@ func (s *store) owned() []table {
 		out = append(out, *t)
 	}
 	return out
+}
+
+// opensKnown reports whether every session that may hold a file of h's
+// table open has told this server of its opens there since it began
+// serving the table (fs.Config.OpensKnown): each live session (its record
+// not expired, as read after the table was taken) has sent SyncOpens, or
+// the table has been served here longer than a session lives without
+// renewing. Sessions sync each table they find at a new delegation epoch,
+// within a second or at their next request to it. It takes no lock of
+// the store's (the file system asks inside transactions).
+func (s *store) opensKnown(h fs.Handle) bool {
+	p := s.served.Load()
+	if p == nil {
+		return false
+	}
+	for _, t := range *p {
+		if !t.r.Contains(h.D) {
+			continue
+		}
+		if time.Since(t.since) >= fs.SessionExpiry {
+			return true
+		}
+		s.opensMu.Lock()
+		defer s.opensMu.Unlock()
+		if !s.liveAt.After(t.since) {
+			return false
+		}
+		for _, sess := range s.live {
+			if !s.synced[t.id][sess] {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// has reports whether table id is among the tables served here (even
+// paused for a move or split), at epoch.
+func (s *store) has(id, epoch uint64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, t := range s.tables {
+		if t.id == id && t.epoch == epoch {
+			return true
+		}
+	}
+	return false
+}
+
+// setLive records the live sessions, read from their records at at.
+func (s *store) setLive(sessions []uint64, at time.Time) {
+	s.opensMu.Lock()
+	defer s.opensMu.Unlock()
+	s.live, s.liveAt = sessions, at
+}
+
+// addLive records a session that just renewed its record here.
+func (s *store) addLive(session uint64) {
+	s.opensMu.Lock()
+	defer s.opensMu.Unlock()
+	if !slices.Contains(s.live, session) {
+		s.live = append(slices.Clip(s.live), session)
+	}
+}
+
+// syncedOpens records that session told of its opens in table id, which
+// is served here at epoch; false if it is not.
+func (s *store) syncedOpens(id, epoch, session uint64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, t := range s.tables {
+		if t.id == id && t.epoch == epoch && t.live() {
+			s.opensMu.Lock()
+			s.synced[id][session] = true
+			s.opensMu.Unlock()
+			return true
+		}
+	}
+	return false
 }
 
 // serves reports whether directory id d's table is served here, and
@@ -283,8 +389,36 @@ func (s *store) pause(ctx context.Context, id uint64) (resume func(), err error)
 func (s *store) forget(id uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, t := range s.tables {
+		if t.id == id {
+			s.split = append(s.split, servedTable{id: t.id, r: t.r, since: t.since})
+			if len(s.split) > maxSplitMemory {
+				s.split = s.split[1:]
+			}
+		}
+	}
 	s.tables = slices.DeleteFunc(s.tables, func(t *table) bool { return t.id == id })
+	s.publishServedLocked()
 	s.changed.Broadcast()
+}
+
+// maxSplitMemory bounds the split tables a store remembers.
+const maxSplitMemory = 8
+
+// servedTable is a table's range and when the server began serving it.
+type servedTable struct {
+	id    uint64
+	r     fs.DRange
+	since time.Time
+}
+
+// publishServedLocked sets served from tables. Callers hold mu.
+func (s *store) publishServedLocked() {
+	out := make([]servedTable, len(s.tables))
+	for i, t := range s.tables {
+		out[i] = servedTable{id: t.id, r: t.r, since: t.since}
+	}
+	s.served.Store(&out)
 }
 
 // dropUnit forgets unit d (if loaded and clean), so its next reader loads

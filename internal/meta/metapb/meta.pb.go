@@ -247,7 +247,7 @@ func (x TablesRequest_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TablesRequest_Op.Descriptor instead.
 func (TablesRequest_Op) EnumDescriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{49, 0}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{50, 0}
 }
 
 // Header comes with every file-system request.
@@ -1822,6 +1822,78 @@ func (x *OpenRequest) GetHandle() *Handle {
 	return nil
 }
 
+// SyncOpensRequest tells a table's owner, at the delegation epoch the
+// session found it at, every file the session holds open in the table
+// (possibly none). Until each live session has, the owner does not
+// reclaim at once the files of the table that lose their last name.
+type SyncOpensRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Table         uint64                 `protobuf:"varint,2,opt,name=table,proto3" json:"table,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Handles       []*Handle              `protobuf:"bytes,4,rep,name=handles,proto3" json:"handles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncOpensRequest) Reset() {
+	*x = SyncOpensRequest{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncOpensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncOpensRequest) ProtoMessage() {}
+
+func (x *SyncOpensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncOpensRequest.ProtoReflect.Descriptor instead.
+func (*SyncOpensRequest) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SyncOpensRequest) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *SyncOpensRequest) GetTable() uint64 {
+	if x != nil {
+		return x.Table
+	}
+	return 0
+}
+
+func (x *SyncOpensRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *SyncOpensRequest) GetHandles() []*Handle {
+	if x != nil {
+		return x.Handles
+	}
+	return nil
+}
+
 type StatFSRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -1831,7 +1903,7 @@ type StatFSRequest struct {
 
 func (x *StatFSRequest) Reset() {
 	*x = StatFSRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1915,7 @@ func (x *StatFSRequest) String() string {
 func (*StatFSRequest) ProtoMessage() {}
 
 func (x *StatFSRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1928,7 @@ func (x *StatFSRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFSRequest.ProtoReflect.Descriptor instead.
 func (*StatFSRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{22}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatFSRequest) GetHeader() *Header {
@@ -1883,7 +1955,7 @@ type StatFSResponse struct {
 
 func (x *StatFSResponse) Reset() {
 	*x = StatFSResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +1967,7 @@ func (x *StatFSResponse) String() string {
 func (*StatFSResponse) ProtoMessage() {}
 
 func (x *StatFSResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +1980,7 @@ func (x *StatFSResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFSResponse.ProtoReflect.Descriptor instead.
 func (*StatFSResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{23}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatFSResponse) GetError() *Error {
@@ -1987,7 +2059,7 @@ type FileState struct {
 
 func (x *FileState) Reset() {
 	*x = FileState{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +2071,7 @@ func (x *FileState) String() string {
 func (*FileState) ProtoMessage() {}
 
 func (x *FileState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +2084,7 @@ func (x *FileState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileState.ProtoReflect.Descriptor instead.
 func (*FileState) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{24}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FileState) GetMode() uint32 {
@@ -2062,7 +2134,7 @@ type BlockRef struct {
 
 func (x *BlockRef) Reset() {
 	*x = BlockRef{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2146,7 @@ func (x *BlockRef) String() string {
 func (*BlockRef) ProtoMessage() {}
 
 func (x *BlockRef) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2159,7 @@ func (x *BlockRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockRef.ProtoReflect.Descriptor instead.
 func (*BlockRef) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{25}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BlockRef) GetFound() bool {
@@ -2129,7 +2201,7 @@ type FileBlocksRequest struct {
 
 func (x *FileBlocksRequest) Reset() {
 	*x = FileBlocksRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2213,7 @@ func (x *FileBlocksRequest) String() string {
 func (*FileBlocksRequest) ProtoMessage() {}
 
 func (x *FileBlocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2226,7 @@ func (x *FileBlocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileBlocksRequest.ProtoReflect.Descriptor instead.
 func (*FileBlocksRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{26}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FileBlocksRequest) GetHeader() *Header {
@@ -2189,7 +2261,7 @@ type FileBlocksResponse struct {
 
 func (x *FileBlocksResponse) Reset() {
 	*x = FileBlocksResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2273,7 @@ func (x *FileBlocksResponse) String() string {
 func (*FileBlocksResponse) ProtoMessage() {}
 
 func (x *FileBlocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2286,7 @@ func (x *FileBlocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileBlocksResponse.ProtoReflect.Descriptor instead.
 func (*FileBlocksResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{27}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FileBlocksResponse) GetError() *Error {
@@ -2250,7 +2322,7 @@ type NewBlock struct {
 
 func (x *NewBlock) Reset() {
 	*x = NewBlock{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2334,7 @@ func (x *NewBlock) String() string {
 func (*NewBlock) ProtoMessage() {}
 
 func (x *NewBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2347,7 @@ func (x *NewBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewBlock.ProtoReflect.Descriptor instead.
 func (*NewBlock) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{28}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NewBlock) GetStart() uint64 {
@@ -2320,7 +2392,7 @@ type CommitBlocksRequest struct {
 
 func (x *CommitBlocksRequest) Reset() {
 	*x = CommitBlocksRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2404,7 @@ func (x *CommitBlocksRequest) String() string {
 func (*CommitBlocksRequest) ProtoMessage() {}
 
 func (x *CommitBlocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2417,7 @@ func (x *CommitBlocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitBlocksRequest.ProtoReflect.Descriptor instead.
 func (*CommitBlocksRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{29}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CommitBlocksRequest) GetHeader() *Header {
@@ -2402,7 +2474,7 @@ type CommitBlocksResponse struct {
 
 func (x *CommitBlocksResponse) Reset() {
 	*x = CommitBlocksResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2486,7 @@ func (x *CommitBlocksResponse) String() string {
 func (*CommitBlocksResponse) ProtoMessage() {}
 
 func (x *CommitBlocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2499,7 @@ func (x *CommitBlocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitBlocksResponse.ProtoReflect.Descriptor instead.
 func (*CommitBlocksResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{30}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CommitBlocksResponse) GetError() *Error {
@@ -2469,7 +2541,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +2553,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,7 +2566,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{31}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SessionRequest) GetHeader() *Header {
@@ -2520,7 +2592,7 @@ type CreateFileSystemRequest struct {
 
 func (x *CreateFileSystemRequest) Reset() {
 	*x = CreateFileSystemRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2604,7 @@ func (x *CreateFileSystemRequest) String() string {
 func (*CreateFileSystemRequest) ProtoMessage() {}
 
 func (x *CreateFileSystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2617,7 @@ func (x *CreateFileSystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFileSystemRequest.ProtoReflect.Descriptor instead.
 func (*CreateFileSystemRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{32}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateFileSystemRequest) GetName() string {
@@ -2568,7 +2640,7 @@ type FileSystemResponse struct {
 
 func (x *FileSystemResponse) Reset() {
 	*x = FileSystemResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2580,7 +2652,7 @@ func (x *FileSystemResponse) String() string {
 func (*FileSystemResponse) ProtoMessage() {}
 
 func (x *FileSystemResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2593,7 +2665,7 @@ func (x *FileSystemResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileSystemResponse.ProtoReflect.Descriptor instead.
 func (*FileSystemResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{33}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FileSystemResponse) GetError() *Error {
@@ -2633,7 +2705,7 @@ type DeleteFileSystemRequest struct {
 
 func (x *DeleteFileSystemRequest) Reset() {
 	*x = DeleteFileSystemRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[34]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +2717,7 @@ func (x *DeleteFileSystemRequest) String() string {
 func (*DeleteFileSystemRequest) ProtoMessage() {}
 
 func (x *DeleteFileSystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[34]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +2730,7 @@ func (x *DeleteFileSystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileSystemRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileSystemRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{34}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteFileSystemRequest) GetName() string {
@@ -2680,7 +2752,7 @@ type DeleteFileSystemResponse struct {
 
 func (x *DeleteFileSystemResponse) Reset() {
 	*x = DeleteFileSystemResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[35]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +2764,7 @@ func (x *DeleteFileSystemResponse) String() string {
 func (*DeleteFileSystemResponse) ProtoMessage() {}
 
 func (x *DeleteFileSystemResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[35]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +2777,7 @@ func (x *DeleteFileSystemResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileSystemResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileSystemResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{35}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteFileSystemResponse) GetError() *Error {
@@ -2746,7 +2818,7 @@ type CreateSnapshotRequest struct {
 
 func (x *CreateSnapshotRequest) Reset() {
 	*x = CreateSnapshotRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[36]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2758,7 +2830,7 @@ func (x *CreateSnapshotRequest) String() string {
 func (*CreateSnapshotRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[36]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2771,7 +2843,7 @@ func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{36}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateSnapshotRequest) GetFs() uint64 {
@@ -2798,7 +2870,7 @@ type CreateSnapshotResponse struct {
 
 func (x *CreateSnapshotResponse) Reset() {
 	*x = CreateSnapshotResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[37]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2882,7 @@ func (x *CreateSnapshotResponse) String() string {
 func (*CreateSnapshotResponse) ProtoMessage() {}
 
 func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[37]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2895,7 @@ func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{37}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateSnapshotResponse) GetError() *Error {
@@ -2850,7 +2922,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[38]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +2934,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[38]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +2947,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{38}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteSnapshotRequest) GetFs() uint64 {
@@ -2904,7 +2976,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[39]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +2988,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[39]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3001,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{39}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteSnapshotResponse) GetError() *Error {
@@ -2970,7 +3042,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[40]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3054,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[40]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3067,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{40}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CheckRequest) GetFs() uint64 {
@@ -3023,7 +3095,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[41]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +3107,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[41]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +3120,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{41}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CheckResponse) GetError() *Error {
@@ -3091,7 +3163,7 @@ type TableStats struct {
 
 func (x *TableStats) Reset() {
 	*x = TableStats{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[42]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3103,7 +3175,7 @@ func (x *TableStats) String() string {
 func (*TableStats) ProtoMessage() {}
 
 func (x *TableStats) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[42]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3116,7 +3188,7 @@ func (x *TableStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableStats.ProtoReflect.Descriptor instead.
 func (*TableStats) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{42}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TableStats) GetTable() uint64 {
@@ -3221,7 +3293,7 @@ type TableStatsRequest struct {
 
 func (x *TableStatsRequest) Reset() {
 	*x = TableStatsRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[43]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3305,7 @@ func (x *TableStatsRequest) String() string {
 func (*TableStatsRequest) ProtoMessage() {}
 
 func (x *TableStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[43]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3318,7 @@ func (x *TableStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableStatsRequest.ProtoReflect.Descriptor instead.
 func (*TableStatsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{43}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TableStatsRequest) GetExact() bool {
@@ -3265,7 +3337,7 @@ type TableStatsResponse struct {
 
 func (x *TableStatsResponse) Reset() {
 	*x = TableStatsResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[44]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3349,7 @@ func (x *TableStatsResponse) String() string {
 func (*TableStatsResponse) ProtoMessage() {}
 
 func (x *TableStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[44]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3362,7 @@ func (x *TableStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableStatsResponse.ProtoReflect.Descriptor instead.
 func (*TableStatsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{44}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TableStatsResponse) GetTables() []*TableStats {
@@ -3310,7 +3382,7 @@ type MoveTableRequest struct {
 
 func (x *MoveTableRequest) Reset() {
 	*x = MoveTableRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[45]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3394,7 @@ func (x *MoveTableRequest) String() string {
 func (*MoveTableRequest) ProtoMessage() {}
 
 func (x *MoveTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[45]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3407,7 @@ func (x *MoveTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveTableRequest.ProtoReflect.Descriptor instead.
 func (*MoveTableRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{45}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MoveTableRequest) GetTable() uint64 {
@@ -3362,7 +3434,7 @@ type MoveTableResponse struct {
 
 func (x *MoveTableResponse) Reset() {
 	*x = MoveTableResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[46]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3374,7 +3446,7 @@ func (x *MoveTableResponse) String() string {
 func (*MoveTableResponse) ProtoMessage() {}
 
 func (x *MoveTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[46]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3387,7 +3459,7 @@ func (x *MoveTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveTableResponse.ProtoReflect.Descriptor instead.
 func (*MoveTableResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{46}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MoveTableResponse) GetError() *Error {
@@ -3415,7 +3487,7 @@ type SplitTableRequest struct {
 
 func (x *SplitTableRequest) Reset() {
 	*x = SplitTableRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[47]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3499,7 @@ func (x *SplitTableRequest) String() string {
 func (*SplitTableRequest) ProtoMessage() {}
 
 func (x *SplitTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[47]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3512,7 @@ func (x *SplitTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitTableRequest.ProtoReflect.Descriptor instead.
 func (*SplitTableRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{47}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SplitTableRequest) GetTable() uint64 {
@@ -3468,7 +3540,7 @@ type SplitTableResponse struct {
 
 func (x *SplitTableResponse) Reset() {
 	*x = SplitTableResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[48]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3552,7 @@ func (x *SplitTableResponse) String() string {
 func (*SplitTableResponse) ProtoMessage() {}
 
 func (x *SplitTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[48]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3565,7 @@ func (x *SplitTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitTableResponse.ProtoReflect.Descriptor instead.
 func (*SplitTableResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{48}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SplitTableResponse) GetError() *Error {
@@ -3528,7 +3600,7 @@ type TablesRequest struct {
 
 func (x *TablesRequest) Reset() {
 	*x = TablesRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[49]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3612,7 @@ func (x *TablesRequest) String() string {
 func (*TablesRequest) ProtoMessage() {}
 
 func (x *TablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[49]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3625,7 @@ func (x *TablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TablesRequest.ProtoReflect.Descriptor instead.
 func (*TablesRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{49}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TablesRequest) GetFs() uint64 {
@@ -3582,7 +3654,7 @@ type TablesResponse struct {
 
 func (x *TablesResponse) Reset() {
 	*x = TablesResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[50]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3594,7 +3666,7 @@ func (x *TablesResponse) String() string {
 func (*TablesResponse) ProtoMessage() {}
 
 func (x *TablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[50]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3607,7 +3679,7 @@ func (x *TablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TablesResponse.ProtoReflect.Descriptor instead.
 func (*TablesResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{50}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TablesResponse) GetError() *Error {
@@ -3781,7 +3853,12 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x05names\x18\x03 \x03(\tR\x05names\"k\n" +
 	"\vOpenRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x12-\n" +
-	"\x06handle\x18\x02 \x01(\v2\x15.arbor.meta.v1.HandleR\x06handle\">\n" +
+	"\x06handle\x18\x02 \x01(\v2\x15.arbor.meta.v1.HandleR\x06handle\"\x9e\x01\n" +
+	"\x10SyncOpensRequest\x12-\n" +
+	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\x04R\x05table\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12/\n" +
+	"\ahandles\x18\x04 \x03(\v2\x15.arbor.meta.v1.HandleR\ahandles\">\n" +
 	"\rStatFSRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\"\xf7\x01\n" +
 	"\x0eStatFSResponse\x12*\n" +
@@ -3915,7 +3992,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x1a\n" +
 	"\bversions\x18\x02 \x01(\x04R\bversions\x12\x16\n" +
 	"\x06tracts\x18\x03 \x01(\x04R\x06tracts\x12\x14\n" +
-	"\x05blobs\x18\x04 \x01(\x04R\x05blobs2\x8a\x0f\n" +
+	"\x05blobs\x18\x04 \x01(\x04R\x05blobs2\xd6\x0f\n" +
 	"\x04Meta\x12C\n" +
 	"\x06Lookup\x12\x1c.arbor.meta.v1.LookupRequest\x1a\x1b.arbor.meta.v1.AttrResponse\x12E\n" +
 	"\aGetAttr\x12\x1d.arbor.meta.v1.GetAttrRequest\x1a\x1b.arbor.meta.v1.AttrResponse\x12E\n" +
@@ -3928,7 +4005,8 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\aReadDir\x12\x1d.arbor.meta.v1.ReadDirRequest\x1a\x1e.arbor.meta.v1.ReadDirResponse\x12B\n" +
 	"\x05Xattr\x12\x1b.arbor.meta.v1.XattrRequest\x1a\x1c.arbor.meta.v1.XattrResponse\x12?\n" +
 	"\x04Open\x12\x1a.arbor.meta.v1.OpenRequest\x1a\x1b.arbor.meta.v1.AttrResponse\x12C\n" +
-	"\aRelease\x12\x1a.arbor.meta.v1.OpenRequest\x1a\x1c.arbor.meta.v1.ErrorResponse\x12E\n" +
+	"\aRelease\x12\x1a.arbor.meta.v1.OpenRequest\x1a\x1c.arbor.meta.v1.ErrorResponse\x12J\n" +
+	"\tSyncOpens\x12\x1f.arbor.meta.v1.SyncOpensRequest\x1a\x1c.arbor.meta.v1.ErrorResponse\x12E\n" +
 	"\x06StatFS\x12\x1c.arbor.meta.v1.StatFSRequest\x1a\x1d.arbor.meta.v1.StatFSResponse\x12Q\n" +
 	"\n" +
 	"FileBlocks\x12 .arbor.meta.v1.FileBlocksRequest\x1a!.arbor.meta.v1.FileBlocksResponse\x12W\n" +
@@ -3959,7 +4037,7 @@ func file_internal_meta_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_meta_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(Error_Kind)(0),                  // 0: arbor.meta.v1.Error.Kind
 	(CreateRequest_Kind)(0),          // 1: arbor.meta.v1.CreateRequest.Kind
@@ -3987,35 +4065,36 @@ var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(*XattrRequest)(nil),             // 23: arbor.meta.v1.XattrRequest
 	(*XattrResponse)(nil),            // 24: arbor.meta.v1.XattrResponse
 	(*OpenRequest)(nil),              // 25: arbor.meta.v1.OpenRequest
-	(*StatFSRequest)(nil),            // 26: arbor.meta.v1.StatFSRequest
-	(*StatFSResponse)(nil),           // 27: arbor.meta.v1.StatFSResponse
-	(*FileState)(nil),                // 28: arbor.meta.v1.FileState
-	(*BlockRef)(nil),                 // 29: arbor.meta.v1.BlockRef
-	(*FileBlocksRequest)(nil),        // 30: arbor.meta.v1.FileBlocksRequest
-	(*FileBlocksResponse)(nil),       // 31: arbor.meta.v1.FileBlocksResponse
-	(*NewBlock)(nil),                 // 32: arbor.meta.v1.NewBlock
-	(*CommitBlocksRequest)(nil),      // 33: arbor.meta.v1.CommitBlocksRequest
-	(*CommitBlocksResponse)(nil),     // 34: arbor.meta.v1.CommitBlocksResponse
-	(*SessionRequest)(nil),           // 35: arbor.meta.v1.SessionRequest
-	(*CreateFileSystemRequest)(nil),  // 36: arbor.meta.v1.CreateFileSystemRequest
-	(*FileSystemResponse)(nil),       // 37: arbor.meta.v1.FileSystemResponse
-	(*DeleteFileSystemRequest)(nil),  // 38: arbor.meta.v1.DeleteFileSystemRequest
-	(*DeleteFileSystemResponse)(nil), // 39: arbor.meta.v1.DeleteFileSystemResponse
-	(*CreateSnapshotRequest)(nil),    // 40: arbor.meta.v1.CreateSnapshotRequest
-	(*CreateSnapshotResponse)(nil),   // 41: arbor.meta.v1.CreateSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),    // 42: arbor.meta.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),   // 43: arbor.meta.v1.DeleteSnapshotResponse
-	(*CheckRequest)(nil),             // 44: arbor.meta.v1.CheckRequest
-	(*CheckResponse)(nil),            // 45: arbor.meta.v1.CheckResponse
-	(*TableStats)(nil),               // 46: arbor.meta.v1.TableStats
-	(*TableStatsRequest)(nil),        // 47: arbor.meta.v1.TableStatsRequest
-	(*TableStatsResponse)(nil),       // 48: arbor.meta.v1.TableStatsResponse
-	(*MoveTableRequest)(nil),         // 49: arbor.meta.v1.MoveTableRequest
-	(*MoveTableResponse)(nil),        // 50: arbor.meta.v1.MoveTableResponse
-	(*SplitTableRequest)(nil),        // 51: arbor.meta.v1.SplitTableRequest
-	(*SplitTableResponse)(nil),       // 52: arbor.meta.v1.SplitTableResponse
-	(*TablesRequest)(nil),            // 53: arbor.meta.v1.TablesRequest
-	(*TablesResponse)(nil),           // 54: arbor.meta.v1.TablesResponse
+	(*SyncOpensRequest)(nil),         // 26: arbor.meta.v1.SyncOpensRequest
+	(*StatFSRequest)(nil),            // 27: arbor.meta.v1.StatFSRequest
+	(*StatFSResponse)(nil),           // 28: arbor.meta.v1.StatFSResponse
+	(*FileState)(nil),                // 29: arbor.meta.v1.FileState
+	(*BlockRef)(nil),                 // 30: arbor.meta.v1.BlockRef
+	(*FileBlocksRequest)(nil),        // 31: arbor.meta.v1.FileBlocksRequest
+	(*FileBlocksResponse)(nil),       // 32: arbor.meta.v1.FileBlocksResponse
+	(*NewBlock)(nil),                 // 33: arbor.meta.v1.NewBlock
+	(*CommitBlocksRequest)(nil),      // 34: arbor.meta.v1.CommitBlocksRequest
+	(*CommitBlocksResponse)(nil),     // 35: arbor.meta.v1.CommitBlocksResponse
+	(*SessionRequest)(nil),           // 36: arbor.meta.v1.SessionRequest
+	(*CreateFileSystemRequest)(nil),  // 37: arbor.meta.v1.CreateFileSystemRequest
+	(*FileSystemResponse)(nil),       // 38: arbor.meta.v1.FileSystemResponse
+	(*DeleteFileSystemRequest)(nil),  // 39: arbor.meta.v1.DeleteFileSystemRequest
+	(*DeleteFileSystemResponse)(nil), // 40: arbor.meta.v1.DeleteFileSystemResponse
+	(*CreateSnapshotRequest)(nil),    // 41: arbor.meta.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),   // 42: arbor.meta.v1.CreateSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),    // 43: arbor.meta.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),   // 44: arbor.meta.v1.DeleteSnapshotResponse
+	(*CheckRequest)(nil),             // 45: arbor.meta.v1.CheckRequest
+	(*CheckResponse)(nil),            // 46: arbor.meta.v1.CheckResponse
+	(*TableStats)(nil),               // 47: arbor.meta.v1.TableStats
+	(*TableStatsRequest)(nil),        // 48: arbor.meta.v1.TableStatsRequest
+	(*TableStatsResponse)(nil),       // 49: arbor.meta.v1.TableStatsResponse
+	(*MoveTableRequest)(nil),         // 50: arbor.meta.v1.MoveTableRequest
+	(*MoveTableResponse)(nil),        // 51: arbor.meta.v1.MoveTableResponse
+	(*SplitTableRequest)(nil),        // 52: arbor.meta.v1.SplitTableRequest
+	(*SplitTableResponse)(nil),       // 53: arbor.meta.v1.SplitTableResponse
+	(*TablesRequest)(nil),            // 54: arbor.meta.v1.TablesRequest
+	(*TablesResponse)(nil),           // 55: arbor.meta.v1.TablesResponse
 }
 var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	5,  // 0: arbor.meta.v1.Attr.handle:type_name -> arbor.meta.v1.Handle
@@ -4056,85 +4135,89 @@ var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	8,  // 35: arbor.meta.v1.XattrResponse.error:type_name -> arbor.meta.v1.Error
 	4,  // 36: arbor.meta.v1.OpenRequest.header:type_name -> arbor.meta.v1.Header
 	5,  // 37: arbor.meta.v1.OpenRequest.handle:type_name -> arbor.meta.v1.Handle
-	4,  // 38: arbor.meta.v1.StatFSRequest.header:type_name -> arbor.meta.v1.Header
-	8,  // 39: arbor.meta.v1.StatFSResponse.error:type_name -> arbor.meta.v1.Error
-	4,  // 40: arbor.meta.v1.FileBlocksRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 41: arbor.meta.v1.FileBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
-	8,  // 42: arbor.meta.v1.FileBlocksResponse.error:type_name -> arbor.meta.v1.Error
-	28, // 43: arbor.meta.v1.FileBlocksResponse.state:type_name -> arbor.meta.v1.FileState
-	29, // 44: arbor.meta.v1.FileBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
-	29, // 45: arbor.meta.v1.NewBlock.base:type_name -> arbor.meta.v1.BlockRef
-	4,  // 46: arbor.meta.v1.CommitBlocksRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 47: arbor.meta.v1.CommitBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
-	32, // 48: arbor.meta.v1.CommitBlocksRequest.blocks:type_name -> arbor.meta.v1.NewBlock
-	8,  // 49: arbor.meta.v1.CommitBlocksResponse.error:type_name -> arbor.meta.v1.Error
-	29, // 50: arbor.meta.v1.CommitBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
-	4,  // 51: arbor.meta.v1.SessionRequest.header:type_name -> arbor.meta.v1.Header
-	8,  // 52: arbor.meta.v1.FileSystemResponse.error:type_name -> arbor.meta.v1.Error
-	8,  // 53: arbor.meta.v1.DeleteFileSystemResponse.error:type_name -> arbor.meta.v1.Error
-	8,  // 54: arbor.meta.v1.CreateSnapshotResponse.error:type_name -> arbor.meta.v1.Error
-	8,  // 55: arbor.meta.v1.DeleteSnapshotResponse.error:type_name -> arbor.meta.v1.Error
-	8,  // 56: arbor.meta.v1.CheckResponse.error:type_name -> arbor.meta.v1.Error
-	46, // 57: arbor.meta.v1.TableStatsResponse.tables:type_name -> arbor.meta.v1.TableStats
-	8,  // 58: arbor.meta.v1.MoveTableResponse.error:type_name -> arbor.meta.v1.Error
-	8,  // 59: arbor.meta.v1.SplitTableResponse.error:type_name -> arbor.meta.v1.Error
-	3,  // 60: arbor.meta.v1.TablesRequest.op:type_name -> arbor.meta.v1.TablesRequest.Op
-	8,  // 61: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
-	11, // 62: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
-	12, // 63: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
-	13, // 64: arbor.meta.v1.Meta.SetAttr:input_type -> arbor.meta.v1.SetAttrRequest
-	14, // 65: arbor.meta.v1.Meta.Create:input_type -> arbor.meta.v1.CreateRequest
-	15, // 66: arbor.meta.v1.Meta.Readlink:input_type -> arbor.meta.v1.ReadlinkRequest
-	17, // 67: arbor.meta.v1.Meta.Link:input_type -> arbor.meta.v1.LinkRequest
-	18, // 68: arbor.meta.v1.Meta.Remove:input_type -> arbor.meta.v1.RemoveRequest
-	19, // 69: arbor.meta.v1.Meta.Rename:input_type -> arbor.meta.v1.RenameRequest
-	20, // 70: arbor.meta.v1.Meta.ReadDir:input_type -> arbor.meta.v1.ReadDirRequest
-	23, // 71: arbor.meta.v1.Meta.Xattr:input_type -> arbor.meta.v1.XattrRequest
-	25, // 72: arbor.meta.v1.Meta.Open:input_type -> arbor.meta.v1.OpenRequest
-	25, // 73: arbor.meta.v1.Meta.Release:input_type -> arbor.meta.v1.OpenRequest
-	26, // 74: arbor.meta.v1.Meta.StatFS:input_type -> arbor.meta.v1.StatFSRequest
-	30, // 75: arbor.meta.v1.Meta.FileBlocks:input_type -> arbor.meta.v1.FileBlocksRequest
-	33, // 76: arbor.meta.v1.Meta.CommitBlocks:input_type -> arbor.meta.v1.CommitBlocksRequest
-	35, // 77: arbor.meta.v1.Meta.Session:input_type -> arbor.meta.v1.SessionRequest
-	36, // 78: arbor.meta.v1.Meta.CreateFileSystem:input_type -> arbor.meta.v1.CreateFileSystemRequest
-	38, // 79: arbor.meta.v1.Meta.DeleteFileSystem:input_type -> arbor.meta.v1.DeleteFileSystemRequest
-	40, // 80: arbor.meta.v1.Meta.CreateSnapshot:input_type -> arbor.meta.v1.CreateSnapshotRequest
-	42, // 81: arbor.meta.v1.Meta.DeleteSnapshot:input_type -> arbor.meta.v1.DeleteSnapshotRequest
-	44, // 82: arbor.meta.v1.Meta.Check:input_type -> arbor.meta.v1.CheckRequest
-	47, // 83: arbor.meta.v1.Meta.TableStats:input_type -> arbor.meta.v1.TableStatsRequest
-	49, // 84: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
-	51, // 85: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
-	53, // 86: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
-	9,  // 87: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
-	9,  // 88: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
-	9,  // 89: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
-	9,  // 90: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
-	16, // 91: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
-	9,  // 92: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
-	10, // 93: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
-	10, // 94: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
-	22, // 95: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
-	24, // 96: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
-	9,  // 97: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
-	10, // 98: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
-	27, // 99: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
-	31, // 100: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
-	34, // 101: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
-	10, // 102: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
-	37, // 103: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
-	39, // 104: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
-	41, // 105: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
-	43, // 106: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
-	45, // 107: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
-	48, // 108: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
-	50, // 109: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
-	52, // 110: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
-	54, // 111: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
-	87, // [87:112] is the sub-list for method output_type
-	62, // [62:87] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	4,  // 38: arbor.meta.v1.SyncOpensRequest.header:type_name -> arbor.meta.v1.Header
+	5,  // 39: arbor.meta.v1.SyncOpensRequest.handles:type_name -> arbor.meta.v1.Handle
+	4,  // 40: arbor.meta.v1.StatFSRequest.header:type_name -> arbor.meta.v1.Header
+	8,  // 41: arbor.meta.v1.StatFSResponse.error:type_name -> arbor.meta.v1.Error
+	4,  // 42: arbor.meta.v1.FileBlocksRequest.header:type_name -> arbor.meta.v1.Header
+	5,  // 43: arbor.meta.v1.FileBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
+	8,  // 44: arbor.meta.v1.FileBlocksResponse.error:type_name -> arbor.meta.v1.Error
+	29, // 45: arbor.meta.v1.FileBlocksResponse.state:type_name -> arbor.meta.v1.FileState
+	30, // 46: arbor.meta.v1.FileBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
+	30, // 47: arbor.meta.v1.NewBlock.base:type_name -> arbor.meta.v1.BlockRef
+	4,  // 48: arbor.meta.v1.CommitBlocksRequest.header:type_name -> arbor.meta.v1.Header
+	5,  // 49: arbor.meta.v1.CommitBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
+	33, // 50: arbor.meta.v1.CommitBlocksRequest.blocks:type_name -> arbor.meta.v1.NewBlock
+	8,  // 51: arbor.meta.v1.CommitBlocksResponse.error:type_name -> arbor.meta.v1.Error
+	30, // 52: arbor.meta.v1.CommitBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
+	4,  // 53: arbor.meta.v1.SessionRequest.header:type_name -> arbor.meta.v1.Header
+	8,  // 54: arbor.meta.v1.FileSystemResponse.error:type_name -> arbor.meta.v1.Error
+	8,  // 55: arbor.meta.v1.DeleteFileSystemResponse.error:type_name -> arbor.meta.v1.Error
+	8,  // 56: arbor.meta.v1.CreateSnapshotResponse.error:type_name -> arbor.meta.v1.Error
+	8,  // 57: arbor.meta.v1.DeleteSnapshotResponse.error:type_name -> arbor.meta.v1.Error
+	8,  // 58: arbor.meta.v1.CheckResponse.error:type_name -> arbor.meta.v1.Error
+	47, // 59: arbor.meta.v1.TableStatsResponse.tables:type_name -> arbor.meta.v1.TableStats
+	8,  // 60: arbor.meta.v1.MoveTableResponse.error:type_name -> arbor.meta.v1.Error
+	8,  // 61: arbor.meta.v1.SplitTableResponse.error:type_name -> arbor.meta.v1.Error
+	3,  // 62: arbor.meta.v1.TablesRequest.op:type_name -> arbor.meta.v1.TablesRequest.Op
+	8,  // 63: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
+	11, // 64: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
+	12, // 65: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
+	13, // 66: arbor.meta.v1.Meta.SetAttr:input_type -> arbor.meta.v1.SetAttrRequest
+	14, // 67: arbor.meta.v1.Meta.Create:input_type -> arbor.meta.v1.CreateRequest
+	15, // 68: arbor.meta.v1.Meta.Readlink:input_type -> arbor.meta.v1.ReadlinkRequest
+	17, // 69: arbor.meta.v1.Meta.Link:input_type -> arbor.meta.v1.LinkRequest
+	18, // 70: arbor.meta.v1.Meta.Remove:input_type -> arbor.meta.v1.RemoveRequest
+	19, // 71: arbor.meta.v1.Meta.Rename:input_type -> arbor.meta.v1.RenameRequest
+	20, // 72: arbor.meta.v1.Meta.ReadDir:input_type -> arbor.meta.v1.ReadDirRequest
+	23, // 73: arbor.meta.v1.Meta.Xattr:input_type -> arbor.meta.v1.XattrRequest
+	25, // 74: arbor.meta.v1.Meta.Open:input_type -> arbor.meta.v1.OpenRequest
+	25, // 75: arbor.meta.v1.Meta.Release:input_type -> arbor.meta.v1.OpenRequest
+	26, // 76: arbor.meta.v1.Meta.SyncOpens:input_type -> arbor.meta.v1.SyncOpensRequest
+	27, // 77: arbor.meta.v1.Meta.StatFS:input_type -> arbor.meta.v1.StatFSRequest
+	31, // 78: arbor.meta.v1.Meta.FileBlocks:input_type -> arbor.meta.v1.FileBlocksRequest
+	34, // 79: arbor.meta.v1.Meta.CommitBlocks:input_type -> arbor.meta.v1.CommitBlocksRequest
+	36, // 80: arbor.meta.v1.Meta.Session:input_type -> arbor.meta.v1.SessionRequest
+	37, // 81: arbor.meta.v1.Meta.CreateFileSystem:input_type -> arbor.meta.v1.CreateFileSystemRequest
+	39, // 82: arbor.meta.v1.Meta.DeleteFileSystem:input_type -> arbor.meta.v1.DeleteFileSystemRequest
+	41, // 83: arbor.meta.v1.Meta.CreateSnapshot:input_type -> arbor.meta.v1.CreateSnapshotRequest
+	43, // 84: arbor.meta.v1.Meta.DeleteSnapshot:input_type -> arbor.meta.v1.DeleteSnapshotRequest
+	45, // 85: arbor.meta.v1.Meta.Check:input_type -> arbor.meta.v1.CheckRequest
+	48, // 86: arbor.meta.v1.Meta.TableStats:input_type -> arbor.meta.v1.TableStatsRequest
+	50, // 87: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
+	52, // 88: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
+	54, // 89: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
+	9,  // 90: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
+	9,  // 91: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
+	9,  // 92: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
+	9,  // 93: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
+	16, // 94: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
+	9,  // 95: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
+	10, // 96: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
+	10, // 97: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
+	22, // 98: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
+	24, // 99: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
+	9,  // 100: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
+	10, // 101: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
+	10, // 102: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
+	28, // 103: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
+	32, // 104: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
+	35, // 105: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
+	10, // 106: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
+	38, // 107: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
+	40, // 108: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
+	42, // 109: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
+	44, // 110: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
+	46, // 111: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
+	49, // 112: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
+	51, // 113: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
+	53, // 114: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
+	55, // 115: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
+	90, // [90:116] is the sub-list for method output_type
+	64, // [64:90] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_internal_meta_metapb_meta_proto_init() }
@@ -4148,7 +4231,7 @@ func file_internal_meta_metapb_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_meta_metapb_meta_proto_rawDesc), len(file_internal_meta_metapb_meta_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

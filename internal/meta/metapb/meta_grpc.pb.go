@@ -37,6 +37,7 @@ const (
 	Meta_Xattr_FullMethodName            = "/arbor.meta.v1.Meta/Xattr"
 	Meta_Open_FullMethodName             = "/arbor.meta.v1.Meta/Open"
 	Meta_Release_FullMethodName          = "/arbor.meta.v1.Meta/Release"
+	Meta_SyncOpens_FullMethodName        = "/arbor.meta.v1.Meta/SyncOpens"
 	Meta_StatFS_FullMethodName           = "/arbor.meta.v1.Meta/StatFS"
 	Meta_FileBlocks_FullMethodName       = "/arbor.meta.v1.Meta/FileBlocks"
 	Meta_CommitBlocks_FullMethodName     = "/arbor.meta.v1.Meta/CommitBlocks"
@@ -68,6 +69,7 @@ type MetaClient interface {
 	Xattr(ctx context.Context, in *XattrRequest, opts ...grpc.CallOption) (*XattrResponse, error)
 	Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*AttrResponse, error)
 	Release(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*ErrorResponse, error)
+	SyncOpens(ctx context.Context, in *SyncOpensRequest, opts ...grpc.CallOption) (*ErrorResponse, error)
 	StatFS(ctx context.Context, in *StatFSRequest, opts ...grpc.CallOption) (*StatFSResponse, error)
 	FileBlocks(ctx context.Context, in *FileBlocksRequest, opts ...grpc.CallOption) (*FileBlocksResponse, error)
 	CommitBlocks(ctx context.Context, in *CommitBlocksRequest, opts ...grpc.CallOption) (*CommitBlocksResponse, error)
@@ -205,6 +207,16 @@ func (c *metaClient) Release(ctx context.Context, in *OpenRequest, opts ...grpc.
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ErrorResponse)
 	err := c.cc.Invoke(ctx, Meta_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) SyncOpens(ctx context.Context, in *SyncOpensRequest, opts ...grpc.CallOption) (*ErrorResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ErrorResponse)
+	err := c.cc.Invoke(ctx, Meta_SyncOpens_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -357,6 +369,7 @@ type MetaServer interface {
 	Xattr(context.Context, *XattrRequest) (*XattrResponse, error)
 	Open(context.Context, *OpenRequest) (*AttrResponse, error)
 	Release(context.Context, *OpenRequest) (*ErrorResponse, error)
+	SyncOpens(context.Context, *SyncOpensRequest) (*ErrorResponse, error)
 	StatFS(context.Context, *StatFSRequest) (*StatFSResponse, error)
 	FileBlocks(context.Context, *FileBlocksRequest) (*FileBlocksResponse, error)
 	CommitBlocks(context.Context, *CommitBlocksRequest) (*CommitBlocksResponse, error)
@@ -415,6 +428,9 @@ func (UnimplementedMetaServer) Open(context.Context, *OpenRequest) (*AttrRespons
 }
 func (UnimplementedMetaServer) Release(context.Context, *OpenRequest) (*ErrorResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedMetaServer) SyncOpens(context.Context, *SyncOpensRequest) (*ErrorResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SyncOpens not implemented")
 }
 func (UnimplementedMetaServer) StatFS(context.Context, *StatFSRequest) (*StatFSResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StatFS not implemented")
@@ -688,6 +704,24 @@ func _Meta_Release_Handler(srv interface{}, ctx context.Context, dec func(interf
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MetaServer).Release(ctx, req.(*OpenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_SyncOpens_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SyncOpensRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).SyncOpens(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_SyncOpens_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).SyncOpens(ctx, req.(*SyncOpensRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -980,6 +1014,10 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _Meta_Release_Handler,
+		},
+		{
+			MethodName: "SyncOpens",
+			Handler:    _Meta_SyncOpens_Handler,
 		},
 		{
 			MethodName: "StatFS",
