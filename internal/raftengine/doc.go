@@ -8,11 +8,11 @@
 //
 //   - Storage: every group's raft log, hard state and state-machine data live
 //     in the node's one pebble database (keys.go). Raft state is synced
-//     before any message that depends on it is sent; concurrent groups'
-//     syncs share one fsync through pebble's commit pipeline.
-//   - Scheduling: one scheduler with a pool of workers runs every group that
-//     has work (scheduler.go); a group is never processed by two workers at
-//     once, so per-group state needs no locks.
+//     before any message that depends on it is sent.
+//   - Scheduling: one scheduler runs rounds over every group that has work
+//     (scheduler.go); a round persists the Readies of all its groups in one
+//     batch with one sync (round.go). A group is never processed by two
+//     workers at once, so per-group state needs no locks.
 //   - Transport: messages to the same node are batched across groups on one
 //     stream per node pair (transport_grpc.go); LocalNetwork does the same in
 //     one process for tests.

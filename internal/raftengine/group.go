@@ -138,6 +138,9 @@ type group struct {
 	snapshotsOut map[uint64]uint64
 	idleTicks    int
 	removed      bool
+	// ready is the Ready taken in the current round's first phase, to be
+	// finished in its last (round.go).
+	ready raft.Ready
 }
 
 func (g *group) enqueue(f func(in *inbox)) bool {
@@ -159,23 +162,47 @@ func (g *group) takeInbox() inbox {
 	return in
 }
 
-// process is the group's step of the engine's ready loop.
-func (g *group) process() {
+// beginRound is the group's first phase of a scheduler round (round.go):
+// it drains the inbox, steps raft and, if raft has a Ready, writes the
+// Ready's raft state to b. It reports whether the group has a Ready for
+// finishRound, and whether b must be synced before that.
+func (g *group) beginRound(b *pebble.Batch) (ready, sync bool) {
 	in := g.takeInbox()
 	if g.stopped.Load() {
 		g.failInbox(in, ErrStopped)
-		return
+		return false, false
 	}
 	if err := g.processInbox(in); err != nil {
 		g.fail(err)
+		return false, false
+	}
+	if !g.rn.HasReady() {
+		g.endRound()
+		return false, false
+	}
+	rd, sync, err := g.writeReady(b)
+	if err != nil {
+		g.fail(err)
+		return false, false
+	}
+	g.ready = rd
+	return true, sync
+}
+
+// finishRound is the group's last phase of a round, once the round's batch
+// is committed (and synced if beginRound asked for it).
+func (g *group) finishRound() {
+	rd := g.ready
+	g.ready = raft.Ready{}
+	if err := g.finishReady(rd); err != nil {
+		g.fail(err)
 		return
 	}
-	for g.rn.HasReady() {
-		if err := g.handleReady(); err != nil {
-			g.fail(err)
-			return
-		}
-	}
+	g.endRound()
+}
+
+// endRound ends the group's part in a round, whether or not it had a Ready.
+func (g *group) endRound() {
 	for _, p := range g.unmatched {
 		// Raft accepted the proposal but did not append it (it can replace
 		// a membership change it refuses by an empty entry): it will never
@@ -193,6 +220,12 @@ func (g *group) process() {
 	g.publishStatus()
 	if g.removed {
 		g.e.destroyAsync(g.id)
+		return
+	}
+	if g.rn.HasReady() {
+		// Advancing can produce more (a leader's own acknowledgement may
+		// commit entries): the next round handles it.
+		g.e.sched.enqueue(g.id)
 	}
 }
 
@@ -327,8 +360,12 @@ func entryProposal(e *raftpb.Entry) (node, id uint64, ok bool) {
 	return node, id, err == nil
 }
 
-func (g *group) handleReady() error {
-	rd := g.rn.Ready()
+// writeReady takes raft's Ready and writes its raft state to b: the log
+// reset of an installed snapshot, the new entries, the hard state. The
+// caller commits b, synced if sync, and then calls finishReady; nothing
+// else may touch the RawNode in between.
+func (g *group) writeReady(b *pebble.Batch) (rd raft.Ready, sync bool, err error) {
+	rd = g.rn.Ready()
 	g.e.metrics.readyBatches.Add(1)
 	if rd.SoftState != nil {
 		g.onSoftState(rd.SoftState)
@@ -336,37 +373,34 @@ func (g *group) handleReady() error {
 	if hs := rd.HardState; hs != nil && hs.GetTerm() > g.term {
 		g.term = hs.GetTerm()
 	}
-
-	b := g.e.db.NewBatch()
-	defer b.Close()
 	snapshot := !raft.IsEmptySnap(rd.Snapshot)
 	if snapshot {
 		md := rd.Snapshot.GetMetadata()
 		g.store.resetTo(b, md.GetIndex(), md.GetTerm())
 	}
 	if err := g.store.append(b, rd.Entries); err != nil {
-		return err
+		return rd, false, err
 	}
 	if !raft.IsEmptyHardState(rd.HardState) {
 		if err := g.store.setHardState(b, rd.HardState); err != nil {
-			return err
+			return rd, false, err
 		}
 	}
-	if !b.Empty() {
-		opts := pebble.NoSync
-		if rd.MustSync || snapshot {
-			opts = pebble.Sync
-			g.e.metrics.syncedWrites.Add(1)
-		}
-		if err := b.Commit(opts); err != nil {
-			return fmt.Errorf("persist raft state: %w", err)
-		}
+	sync = rd.MustSync || snapshot
+	if sync {
+		g.e.metrics.syncedReadies.Add(1)
 	}
+	return rd, sync, nil
+}
+
+// finishReady does the rest of a Ready once writeReady's batch is
+// committed: the messages, the committed entries, the reads, and raft's
+// Advance.
+func (g *group) finishReady(rd raft.Ready) error {
 	g.store.commitAppend(rd.Entries)
 	if len(rd.Entries) > 0 && g.isLeader() {
 		g.matchProposals(rd.Entries)
 	}
-
 	g.send(rd.Messages)
 	if err := g.apply(rd.CommittedEntries); err != nil {
 		return err
@@ -381,6 +415,29 @@ func (g *group) handleReady() error {
 	g.completeReads()
 	g.rn.Advance(rd)
 	return nil
+}
+
+// handleReadyNow handles one Ready outside a round, with a batch of its
+// own: for the steps that must be durable before the worker goes on
+// (installing a snapshot).
+func (g *group) handleReadyNow() error {
+	b := g.e.db.NewBatch()
+	defer b.Close()
+	rd, sync, err := g.writeReady(b)
+	if err != nil {
+		return err
+	}
+	if !b.Empty() {
+		opts := pebble.NoSync
+		if sync {
+			opts = pebble.Sync
+			g.e.metrics.syncedWrites.Add(1)
+		}
+		if err := b.Commit(opts); err != nil {
+			return fmt.Errorf("persist raft state: %w", err)
+		}
+	}
+	return g.finishReady(rd)
 }
 
 func (g *group) matchProposals(entries []*raftpb.Entry) {

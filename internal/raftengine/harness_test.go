@@ -202,6 +202,24 @@ func (c *testCluster) crash(id uint64) {
 	c.fs[id] = crashed
 }
 
+// powerLoss stops every node as a power cut would, each node's disk
+// becoming the image given for it (taken with CrashClone at the moment of
+// the cut).
+func (c *testCluster) powerLoss(images map[uint64]*vfs.MemFS) {
+	for _, id := range c.ids {
+		c.net.Detach(id)
+	}
+	for _, id := range c.ids {
+		if e := c.engines[id]; e != nil {
+			e.Stop()
+			_ = c.stores[id].Close()
+			delete(c.engines, id)
+			delete(c.stores, id)
+		}
+		c.fs[id] = images[id]
+	}
+}
+
 func (c *testCluster) close() {
 	for _, id := range c.ids {
 		c.stop(id)
