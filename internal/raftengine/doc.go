@@ -26,8 +26,13 @@
 // Invariants and ordering rules:
 //
 //  1. Persist before send: a Ready's entries and hard state are committed to
-//     pebble (synced when raft says MustSync) before its messages go out and
-//     before its committed entries are applied.
+//     pebble (synced when raft says MustSync) before its committed entries
+//     are applied and before any message that vouches for them goes out:
+//     MsgAppResp, MsgVoteResp, MsgPreVoteResp (raft's msgsAfterAppend). The
+//     other messages (a leader's MsgApp above all) go out before the sync,
+//     as raft's asynchronous storage writes send them; the leader's own
+//     log counts towards the commit quorum only once durable
+//     (sendsBeforeSync in group.go).
 //  2. Applied state with data: the applied index, its term and the conf state
 //     are written in the same batch as the state-machine writes of the
 //     entries up to it. On restart raft replays from the applied index, so a

@@ -164,8 +164,9 @@ func (g *group) takeInbox() inbox {
 
 // beginRound is the group's first phase of a scheduler round (round.go):
 // it drains the inbox, steps raft and, if raft has a Ready, writes the
-// Ready's raft state to b. It reports whether the group has a Ready for
-// finishRound, and whether b must be synced before that.
+// Ready's raft state to b and sends what may go before b is durable. It
+// reports whether the group has a Ready for finishRound, and whether b must
+// be synced before that.
 func (g *group) beginRound(b *pebble.Batch) (ready, sync bool) {
 	in := g.takeInbox()
 	if g.stopped.Load() {
@@ -361,9 +362,10 @@ func entryProposal(e *raftpb.Entry) (node, id uint64, ok bool) {
 }
 
 // writeReady takes raft's Ready and writes its raft state to b: the log
-// reset of an installed snapshot, the new entries, the hard state. The
-// caller commits b, synced if sync, and then calls finishReady; nothing
-// else may touch the RawNode in between.
+// reset of an installed snapshot, the new entries, the hard state. It then
+// sends the Ready's messages that may leave before that state is durable
+// (sendsBeforeSync). The caller commits b, synced if sync, and then calls
+// finishReady; nothing else may touch the RawNode in between.
 func (g *group) writeReady(b *pebble.Batch) (rd raft.Ready, sync bool, err error) {
 	rd = g.rn.Ready()
 	g.e.metrics.readyBatches.Add(1)
@@ -390,18 +392,19 @@ func (g *group) writeReady(b *pebble.Batch) (rd raft.Ready, sync bool, err error
 	if sync {
 		g.e.metrics.syncedReadies.Add(1)
 	}
+	g.send(rd.Messages, true)
 	return rd, sync, nil
 }
 
 // finishReady does the rest of a Ready once writeReady's batch is
-// committed: the messages, the committed entries, the reads, and raft's
-// Advance.
+// committed: the messages that waited for it, the committed entries, the
+// reads, and raft's Advance.
 func (g *group) finishReady(rd raft.Ready) error {
 	g.store.commitAppend(rd.Entries)
 	if len(rd.Entries) > 0 && g.isLeader() {
 		g.matchProposals(rd.Entries)
 	}
-	g.send(rd.Messages)
+	g.send(rd.Messages, false)
 	if err := g.apply(rd.CommittedEntries); err != nil {
 		return err
 	}
@@ -486,12 +489,37 @@ func (g *group) onSoftState(ss *raft.SoftState) {
 	}
 }
 
-func (g *group) send(msgs []*raftpb.Message) {
+// sendsBeforeSync reports whether a message of type t may be sent before
+// the Ready that carries it is durable. Raft itself sorts its messages this
+// way (raft.send): MsgAppResp, MsgVoteResp and MsgPreVoteResp vouch for
+// the sender's log or vote, and it queues them apart (msgsAfterAppend) to
+// be sent only once all the unstable state they rest on is durable; with
+// AsyncStorageWrites they ride on MsgStorageAppend as its responses.
+// Everything else (a leader's MsgApp, heartbeats and their responses, vote
+// requests, MsgSnap, MsgTimeoutNow) raft sends at once in that mode, before
+// the local append. A leader counts its own log towards the commit quorum
+// only through its self-addressed MsgAppResp, which raft steps on Advance,
+// after the sync; a candidate counts its own vote the same way. See doc.go,
+// rule 1.
+func sendsBeforeSync(t raftpb.MessageType) bool {
+	switch t {
+	case raftpb.MessageType_MsgAppResp, raftpb.MessageType_MsgVoteResp, raftpb.MessageType_MsgPreVoteResp:
+		return false
+	}
+	return true
+}
+
+// send sends the messages in msgs that may go before the Ready is durable
+// (early) or the others (!early).
+func (g *group) send(msgs []*raftpb.Message, early bool) {
 	if len(msgs) == 0 {
 		return
 	}
 	var byNode map[uint64][]Envelope
 	for _, m := range msgs {
+		if sendsBeforeSync(m.GetType()) != early {
+			continue
+		}
 		if m.GetType() == raftpb.MessageType_MsgSnap {
 			g.startSnapshot(m)
 			continue
@@ -678,7 +706,8 @@ func (g *group) publishStatus() {
 	prev := g.status.Load()
 	if prev != nil && prev.Leader == st.Lead && prev.Term == st.HardState.GetTerm() &&
 		prev.Commit == st.HardState.GetCommit() && prev.Applied == g.applied &&
-		prev.Quiesced == g.quiesced.Load() && prev.confState == g.confState && prev.LogStart == g.store.truncIndex+1 {
+		prev.Quiesced == g.quiesced.Load() && prev.confState == g.confState && prev.LogStart == g.store.truncIndex+1 &&
+		prev.LastIndex == g.store.lastIndex {
 		return
 	}
 	g.status.Store(&GroupStatus{
@@ -693,6 +722,7 @@ func (g *group) publishStatus() {
 		Learners:  append([]uint64(nil), g.confState.GetLearners()...),
 		Quiesced:  g.quiesced.Load(),
 		LogStart:  g.store.truncIndex + 1,
+		LastIndex: g.store.lastIndex,
 		confState: g.confState,
 	})
 }

@@ -18,14 +18,17 @@ const roundMaxBytes = 64 << 20
 // started. It runs in three phases:
 //
 //  1. Begin (in parallel on the workers): each group drains its inbox,
-//     steps raft, takes its Ready, and writes the Ready's entries, hard
-//     state and (for an installed snapshot) log reset into its worker's
-//     batch.
+//     steps raft, takes its Ready, writes the Ready's entries, hard state
+//     and (for an installed snapshot) log reset into its worker's batch, and
+//     sends the messages that do not depend on that state being durable
+//     (sendsBeforeSync): above all a leader's MsgApp, so that followers
+//     write to their disks while the leader writes to its own.
 //  2. Persist: the workers' batches are merged into one and committed with
 //     one write, synced if any Ready needed it (raft's MustSync).
-//  3. Finish (in parallel): each group sends its messages, applies its
-//     committed entries, answers proposers and readers, and calls Advance.
-//     A group that has another Ready goes into the next round.
+//  3. Finish (in parallel): each group sends the rest of its messages
+//     (MsgAppResp, MsgVoteResp, MsgPreVoteResp), applies its committed
+//     entries, answers proposers and readers, and calls Advance. A group
+//     that has another Ready goes into the next round.
 //
 // So every group that makes progress in a round shares one fsync, instead
 // of one fsync per group (merged only as far as concurrent workers happened

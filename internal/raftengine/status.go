@@ -17,8 +17,9 @@ type GroupStatus struct {
 	// Quiesced is true while the group is idle and not ticking.
 	Quiesced bool
 	// LogStart is the first index still in this replica's log; a replica
-	// that needs an earlier one is sent a snapshot.
-	LogStart uint64
+	// that needs an earlier one is sent a snapshot. LastIndex is the last
+	// index in it, persisted.
+	LogStart, LastIndex uint64
 	// Progress is the leader's view of each replica's match index; empty
 	// on followers.
 	Progress map[uint64]ReplicaProgress
