@@ -26,8 +26,9 @@
 // Invariants and ordering rules:
 //
 //  1. Persist before send: a Ready's entries and hard state are committed to
-//     pebble (synced when raft says MustSync) before its committed entries
-//     are applied and before any message that vouches for them goes out:
+//     pebble (synced when raft says MustSync), in the same batch as the
+//     application of its committed entries, before any proposer or reader
+//     learns of them and before any message that vouches for them goes out:
 //     MsgAppResp, MsgVoteResp, MsgPreVoteResp (raft's msgsAfterAppend). The
 //     other messages (a leader's MsgApp above all) go out before the sync,
 //     as raft's asynchronous storage writes send them; the leader's own

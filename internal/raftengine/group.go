@@ -139,8 +139,11 @@ type group struct {
 	idleTicks    int
 	removed      bool
 	// ready is the Ready taken in the current round's first phase, to be
-	// finished in its last (round.go).
-	ready raft.Ready
+	// finished in its last (round.go); results are its applied entries'
+	// results, handed to their proposers once the round's batch is
+	// committed.
+	ready   raft.Ready
+	results []appliedResult
 }
 
 func (g *group) enqueue(f func(in *inbox)) bool {
@@ -195,10 +198,7 @@ func (g *group) beginRound(b *pebble.Batch) (ready, sync bool) {
 func (g *group) finishRound() {
 	rd := g.ready
 	g.ready = raft.Ready{}
-	if err := g.finishReady(rd); err != nil {
-		g.fail(err)
-		return
-	}
+	g.finishReady(rd)
 	g.endRound()
 }
 
@@ -362,10 +362,11 @@ func entryProposal(e *raftpb.Entry) (node, id uint64, ok bool) {
 }
 
 // writeReady takes raft's Ready and writes its raft state to b: the log
-// reset of an installed snapshot, the new entries, the hard state. It then
-// sends the Ready's messages that may leave before that state is durable
-// (sendsBeforeSync). The caller commits b, synced if sync, and then calls
-// finishReady; nothing else may touch the RawNode in between.
+// reset of an installed snapshot, the new entries, the hard state. It sends
+// the Ready's messages that may leave before that state is durable
+// (sendsBeforeSync), then applies the committed entries into b as well. The
+// caller commits b, synced if sync, and then calls finishReady; nothing
+// else may touch the RawNode in between.
 func (g *group) writeReady(b *pebble.Batch) (rd raft.Ready, sync bool, err error) {
 	rd = g.rn.Ready()
 	g.e.metrics.readyBatches.Add(1)
@@ -393,21 +394,22 @@ func (g *group) writeReady(b *pebble.Batch) (rd raft.Ready, sync bool, err error
 		g.e.metrics.syncedReadies.Add(1)
 	}
 	g.send(rd.Messages, true)
+	if err := g.apply(b, rd.CommittedEntries); err != nil {
+		return rd, false, err
+	}
 	return rd, sync, nil
 }
 
 // finishReady does the rest of a Ready once writeReady's batch is
-// committed: the messages that waited for it, the committed entries, the
+// committed: the messages that waited for it, the proposers' results, the
 // reads, and raft's Advance.
-func (g *group) finishReady(rd raft.Ready) error {
+func (g *group) finishReady(rd raft.Ready) {
 	g.store.commitAppend(rd.Entries)
 	if len(rd.Entries) > 0 && g.isLeader() {
 		g.matchProposals(rd.Entries)
 	}
 	g.send(rd.Messages, false)
-	if err := g.apply(rd.CommittedEntries); err != nil {
-		return err
-	}
+	g.answerApplied()
 	for _, rs := range rd.ReadStates {
 		for _, r := range g.reads {
 			if r.index == 0 && bytes.Equal(r.ctx, rs.RequestCtx) {
@@ -417,7 +419,6 @@ func (g *group) finishReady(rd raft.Ready) error {
 	}
 	g.completeReads()
 	g.rn.Advance(rd)
-	return nil
 }
 
 // handleReadyNow handles one Ready outside a round, with a batch of its
@@ -440,7 +441,8 @@ func (g *group) handleReadyNow() error {
 			return fmt.Errorf("persist raft state: %w", err)
 		}
 	}
-	return g.finishReady(rd)
+	g.finishReady(rd)
+	return nil
 }
 
 func (g *group) matchProposals(entries []*raftpb.Entry) {
@@ -541,16 +543,20 @@ type appliedResult struct {
 	result   any
 }
 
-// apply applies committed entries in one batch, written together with the
-// new applied state, then answers the local proposers.
-func (g *group) apply(entries []*raftpb.Entry) error {
+// apply applies committed entries to the state machine in a batch of their
+// own, together with the new applied state, and adds that batch to b: the
+// state-machine writes, the applied index and the raft state of the Ready
+// become durable in one commit. A state machine that fails leaves nothing
+// in b. The proposers learn their results from answerApplied, once b is
+// committed.
+func (g *group) apply(b *pebble.Batch, entries []*raftpb.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	b := g.e.db.NewIndexedBatch()
-	defer b.Close()
-	w := newPrefixWriter(b, dataPrefix(g.id))
-	var results []appliedResult
+	ab := g.e.db.NewIndexedBatch()
+	defer ab.Close()
+	w := newPrefixWriter(ab, dataPrefix(g.id))
+	results := g.results[:0]
 	confChanged := false
 	for _, e := range entries {
 		idx := e.GetIndex()
@@ -595,15 +601,27 @@ func (g *group) apply(entries []*raftpb.Entry) error {
 		g.idleTicks = 0
 		results = append(results, r)
 	}
-	if err := g.writeAppliedState(b); err != nil {
+	g.results = results
+	if err := g.writeAppliedState(ab); err != nil {
 		return err
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("commit applied entries: %w", err)
+	if err := b.Apply(ab, nil); err != nil {
+		return fmt.Errorf("add applied entries to the batch: %w", err)
 	}
 	g.e.metrics.applied.Add(uint64(len(results)))
+	if confChanged {
+		g.store.confState = g.confState
+		if !g.inConfig(g.e.cfg.NodeID) && g.applied > 0 {
+			g.removed = true
+		}
+	}
+	return nil
+}
 
-	for _, r := range results {
+// answerApplied hands the results of the entries apply applied to their
+// proposers, once apply's batch is committed.
+func (g *group) answerApplied() {
+	for i, r := range g.results {
 		var mine *proposal
 		if r.node == g.e.cfg.NodeID {
 			mine = g.proposals[r.id]
@@ -621,14 +639,9 @@ func (g *group) apply(entries []*raftpb.Entry) error {
 				g.e.metrics.proposalsDropped.Add(1)
 			}
 		}
+		g.results[i] = appliedResult{}
 	}
-	if confChanged {
-		g.store.confState = g.confState
-		if !g.inConfig(g.e.cfg.NodeID) && g.applied > 0 {
-			g.removed = true
-		}
-	}
-	return nil
+	g.results = g.results[:0]
 }
 
 func (g *group) writeAppliedState(b *pebble.Batch) error {

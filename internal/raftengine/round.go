@@ -19,16 +19,19 @@ const roundMaxBytes = 64 << 20
 //
 //  1. Begin (in parallel on the workers): each group drains its inbox,
 //     steps raft, takes its Ready, writes the Ready's entries, hard state
-//     and (for an installed snapshot) log reset into its worker's batch, and
+//     and (for an installed snapshot) log reset into its worker's batch,
 //     sends the messages that do not depend on that state being durable
 //     (sendsBeforeSync): above all a leader's MsgApp, so that followers
-//     write to their disks while the leader writes to its own.
+//     write to their disks while the leader writes to its own. It then
+//     applies the Ready's committed entries, through a batch of the
+//     group's own that joins the worker's batch with the new applied
+//     state.
 //  2. Persist: the workers' batches are merged into one and committed with
 //     one write, synced if any Ready needed it (raft's MustSync).
 //  3. Finish (in parallel): each group sends the rest of its messages
-//     (MsgAppResp, MsgVoteResp, MsgPreVoteResp), applies its committed
-//     entries, answers proposers and readers, and calls Advance. A group
-//     that has another Ready goes into the next round.
+//     (MsgAppResp, MsgVoteResp, MsgPreVoteResp), hands the applied
+//     entries' results to their proposers, completes reads, and calls
+//     Advance. A group that has another Ready goes into the next round.
 //
 // So every group that makes progress in a round shares one fsync, instead
 // of one fsync per group (merged only as far as concurrent workers happened
