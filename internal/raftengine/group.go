@@ -166,11 +166,10 @@ func (g *group) takeInbox() inbox {
 }
 
 // beginRound is the group's first phase of a scheduler round (round.go):
-// it drains the inbox, steps raft and, if raft has a Ready, writes the
-// Ready's raft state to b and sends what may go before b is durable. It
-// reports whether the group has a Ready for finishRound, and whether b must
-// be synced before that.
-func (g *group) beginRound(b *pebble.Batch) (ready, sync bool) {
+// it drains the inbox, steps raft and, if raft has a Ready, writes it to
+// batchFor(sync) (see writeReady). It reports whether the group has a Ready
+// for finishRound, and whether that Ready's batch must be synced first.
+func (g *group) beginRound(batchFor func(sync bool) *pebble.Batch) (ready, sync bool) {
 	in := g.takeInbox()
 	if g.stopped.Load() {
 		g.failInbox(in, ErrStopped)
@@ -184,7 +183,7 @@ func (g *group) beginRound(b *pebble.Batch) (ready, sync bool) {
 		g.endRound()
 		return false, false
 	}
-	rd, sync, err := g.writeReady(b)
+	rd, sync, err := g.writeReady(batchFor)
 	if err != nil {
 		g.fail(err)
 		return false, false
@@ -193,7 +192,7 @@ func (g *group) beginRound(b *pebble.Batch) (ready, sync bool) {
 	return true, sync
 }
 
-// finishRound is the group's last phase of a round, once the round's batch
+// finishRound is the group's last phase of a round, once its Ready's batch
 // is committed (and synced if beginRound asked for it).
 func (g *group) finishRound() {
 	rd := g.ready
@@ -361,13 +360,15 @@ func entryProposal(e *raftpb.Entry) (node, id uint64, ok bool) {
 	return node, id, err == nil
 }
 
-// writeReady takes raft's Ready and writes its raft state to b: the log
-// reset of an installed snapshot, the new entries, the hard state. It sends
-// the Ready's messages that may leave before that state is durable
-// (sendsBeforeSync), then applies the committed entries into b as well. The
-// caller commits b, synced if sync, and then calls finishReady; nothing
+// writeReady takes raft's Ready and writes it to the batch batchFor(sync)
+// returns, sync telling whether the Ready must be durable before it is
+// finished (raft's MustSync, or a snapshot): the log reset of an installed
+// snapshot, the new entries, the hard state. It then sends the Ready's
+// messages that may leave before that state is durable (sendsBeforeSync),
+// and applies the committed entries into the same batch. The caller
+// commits the batch, synced if sync, and then calls finishReady; nothing
 // else may touch the RawNode in between.
-func (g *group) writeReady(b *pebble.Batch) (rd raft.Ready, sync bool, err error) {
+func (g *group) writeReady(batchFor func(sync bool) *pebble.Batch) (rd raft.Ready, sync bool, err error) {
 	rd = g.rn.Ready()
 	g.e.metrics.readyBatches.Add(1)
 	if rd.SoftState != nil {
@@ -377,6 +378,11 @@ func (g *group) writeReady(b *pebble.Batch) (rd raft.Ready, sync bool, err error
 		g.term = hs.GetTerm()
 	}
 	snapshot := !raft.IsEmptySnap(rd.Snapshot)
+	sync = rd.MustSync || snapshot
+	if sync {
+		g.e.metrics.syncedReadies.Add(1)
+	}
+	b := batchFor(sync)
 	if snapshot {
 		md := rd.Snapshot.GetMetadata()
 		g.store.resetTo(b, md.GetIndex(), md.GetTerm())
@@ -388,10 +394,6 @@ func (g *group) writeReady(b *pebble.Batch) (rd raft.Ready, sync bool, err error
 		if err := g.store.setHardState(b, rd.HardState); err != nil {
 			return rd, false, err
 		}
-	}
-	sync = rd.MustSync || snapshot
-	if sync {
-		g.e.metrics.syncedReadies.Add(1)
 	}
 	g.send(rd.Messages, true)
 	if err := g.apply(b, rd.CommittedEntries); err != nil {
@@ -427,7 +429,7 @@ func (g *group) finishReady(rd raft.Ready) {
 func (g *group) handleReadyNow() error {
 	b := g.e.db.NewBatch()
 	defer b.Close()
-	rd, sync, err := g.writeReady(b)
+	rd, sync, err := g.writeReady(func(bool) *pebble.Batch { return b })
 	if err != nil {
 		return err
 	}

@@ -18,28 +18,36 @@ const roundMaxBytes = 64 << 20
 // started. It runs in three phases:
 //
 //  1. Begin (in parallel on the workers): each group drains its inbox,
-//     steps raft, takes its Ready, writes the Ready's entries, hard state
-//     and (for an installed snapshot) log reset into its worker's batch,
-//     sends the messages that do not depend on that state being durable
+//     steps raft, takes its Ready, and writes the Ready's entries, hard
+//     state and (for an installed snapshot) log reset into its worker's
+//     batch: one batch for the Readies raft needs synced (MustSync: new
+//     entries, a new term or vote), another for the rest. It then sends
+//     the messages that do not depend on that state being durable
 //     (sendsBeforeSync): above all a leader's MsgApp, so that followers
-//     write to their disks while the leader writes to its own. It then
+//     write to their disks while the leader writes to its own. Last, it
 //     applies the Ready's committed entries, through a batch of the
-//     group's own that joins the worker's batch with the new applied
-//     state.
-//  2. Persist: the workers' batches are merged into one and committed with
-//     one write, synced if any Ready needed it (raft's MustSync).
+//     group's own that joins the same batch with the new applied state.
+//  2. Persist: the workers' no-sync batches are merged and committed
+//     without a sync, then the sync batches are merged and committed with
+//     one sync. That one fsync covers every Ready of the round that needed
+//     one, and (the WAL being ordered) the no-sync batch as well.
 //  3. Finish (in parallel): each group sends the rest of its messages
 //     (MsgAppResp, MsgVoteResp, MsgPreVoteResp), hands the applied
 //     entries' results to their proposers, completes reads, and calls
 //     Advance. A group that has another Ready goes into the next round.
+//     The groups whose Ready needed no sync finish while the synced
+//     commit runs: a leader's Ready that only commits and applies, or a
+//     follower's that only learns a new commit index, never waits for an
+//     fsync that other groups needed.
 //
 // So every group that makes progress in a round shares one fsync, instead
 // of one fsync per group (merged only as far as concurrent workers happened
 // to meet in pebble's commit pipeline).
 //
-// If the round's commit fails, every group in it stops (group.fail): no
-// Ready of the round is finished, so nothing that depended on it is sent,
-// applied or acknowledged.
+// If a commit fails, every group whose Ready it carried (for the first
+// commit, every group of the round) stops (group.fail): none of those
+// Readies is finished, so nothing that depended on them is sent,
+// acknowledged or told to raft.
 
 // processRound is the scheduler's round function.
 func (e *Engine) processRound(gids []uint64) {
@@ -55,18 +63,21 @@ func (e *Engine) processRound(gids []uint64) {
 		return
 	}
 
-	// Phase 1: begin.
+	// Phase 1: begin. Each worker has two batches: Readies that need a sync
+	// and Readies that do not.
 	workers := min(e.cfg.Workers, len(groups))
-	batches := make([]*pebble.Batch, workers)
+	var batches [2][]*pebble.Batch // [0]: no sync needed, [1]: sync needed
+	batches[0], batches[1] = make([]*pebble.Batch, workers), make([]*pebble.Batch, workers)
 	defer func() {
-		for _, b := range batches {
-			if b != nil {
-				_ = b.Close()
+		for _, bs := range batches {
+			for _, b := range bs {
+				if b != nil {
+					_ = b.Close()
+				}
 			}
 		}
 	}()
-	pending := make([]bool, len(groups)) // groups[i] has a Ready to finish
-	var mustSync atomic.Bool
+	pending := make([]readyKind, len(groups))
 	var size atomic.Int64
 	forEachParallel(workers, len(groups), func(w, i int) {
 		g := groups[i]
@@ -74,57 +85,105 @@ func (e *Engine) processRound(gids []uint64) {
 			e.sched.enqueue(g.id) // the next round takes it
 			return
 		}
-		b := batches[w]
-		if b == nil {
-			b = e.db.NewBatch()
-			batches[w] = b
+		var grown int
+		ready, sync := g.beginRound(func(sync bool) *pebble.Batch {
+			k := readyKind(0)
+			if sync {
+				k = 1
+			}
+			b := batches[k][w]
+			if b == nil {
+				b = e.db.NewBatch()
+				batches[k][w] = b
+			}
+			grown = -b.Len()
+			return b
+		})
+		switch {
+		case !ready:
+			return
+		case sync:
+			pending[i] = readySync
+			grown += batches[1][w].Len()
+		default:
+			pending[i] = readyNoSync
+			grown += batches[0][w].Len()
 		}
-		before := b.Len()
-		ready, sync := g.beginRound(b)
-		pending[i] = ready
-		if sync {
-			mustSync.Store(true)
-		}
-		size.Add(int64(b.Len() - before))
+		size.Add(int64(grown))
 	})
-	readies := 0
-	for _, p := range pending {
-		if p {
-			readies++
-		}
+	var counts [3]int
+	for _, k := range pending {
+		counts[k]++
 	}
-	if readies == 0 {
+	if counts[readyNoSync]+counts[readySync] == 0 {
 		return
 	}
+	finish := func(kind readyKind) {
+		forEachParallel(workers, len(groups), func(_, i int) {
+			if pending[i] == kind {
+				groups[i].finishRound()
+			}
+		})
+	}
+	failAll := func(kind readyKind, err error) {
+		for i, g := range groups {
+			if pending[i] == kind {
+				g.fail(err)
+			}
+		}
+	}
 
-	// Phase 2: persist.
+	// Phase 2 and 3: persist and finish. The Readies that need no sync are
+	// committed first, without one, and finished while the others' synced
+	// commit runs: none of them waits for an fsync it does not need. The
+	// synced commit comes later in the WAL, so it makes them durable too.
 	e.metrics.rounds.Add(1)
 	hook := e.roundHook.Load()
 	if hook != nil {
 		(*hook)(false)
 	}
-	if err := e.commitRound(batches, mustSync.Load()); err != nil {
-		for i, g := range groups {
-			if pending[i] {
-				g.fail(err)
-			}
+	synced := make(chan error, 1)
+	if counts[readyNoSync] > 0 {
+		if err := e.commitBatches(batches[0], false); err != nil {
+			failAll(readyNoSync, err)
+			failAll(readySync, err)
+			return
 		}
-		return
+	}
+	if counts[readySync] > 0 {
+		if counts[readyNoSync] > 0 {
+			go func() { synced <- e.commitBatches(batches[1], true) }()
+			finish(readyNoSync)
+		} else {
+			synced <- e.commitBatches(batches[1], true)
+		}
+		if err := <-synced; err != nil {
+			failAll(readySync, err)
+			return
+		}
 	}
 	if hook != nil {
 		(*hook)(true)
 	}
-
-	// Phase 3: finish.
-	forEachParallel(workers, len(groups), func(_, i int) {
-		if pending[i] {
-			groups[i].finishRound()
-		}
-	})
+	if counts[readySync] > 0 {
+		finish(readySync)
+	} else {
+		finish(readyNoSync)
+	}
 }
 
-// commitRound merges the workers' batches into the first and commits it.
-func (e *Engine) commitRound(batches []*pebble.Batch, sync bool) error {
+// readyKind is what a group of a round has to finish.
+type readyKind uint8
+
+const (
+	readyNone   readyKind = iota
+	readyNoSync           // a Ready whose batch needs no sync
+	readySync             // a Ready whose batch must be synced
+)
+
+// commitBatches merges the workers' batches into the first and commits it,
+// synced if sync.
+func (e *Engine) commitBatches(batches []*pebble.Batch, sync bool) error {
 	var rb *pebble.Batch
 	for _, b := range batches {
 		switch {
