@@ -525,6 +525,15 @@ func (e *Engine) propose(ctx context.Context, gid uint64, p *proposal) (any, err
 	if err != nil {
 		return nil, err
 	}
+	// A replica that last saw another node lead refuses at once, rather
+	// than after waiting for a round (and its fsync) to ask raft. Only a
+	// replica that believes it leads, or knows no leader, asks raft, which
+	// alone decides whether to accept; a refusal here never reaches raft,
+	// so it is safe whatever raft's state, at worst naming the leader of a
+	// moment ago.
+	if st := g.status.Load(); st.Leader != 0 && st.Leader != e.cfg.NodeID {
+		return nil, &NotLeaderError{GroupID: gid, Leader: st.Leader}
+	}
 	p.id = e.nextID.Add(1)
 	p.done = make(chan proposalResult, 1)
 	if !g.enqueue(func(in *inbox) { in.proposals = append(in.proposals, p) }) {
