@@ -11,18 +11,20 @@
 //   - Scheduling: one scheduler runs the groups that have work in rounds
 //     (scheduler.go, round.go). A round takes every group queued when it
 //     starts, and each group contributes at most one raft Ready to it. The
-//     round writes all its Readies (entries, hard states, and the
-//     application of their committed entries) into one pebble batch and
-//     commits it once, synced if any Ready needs it: however many groups
-//     make progress together, they share one fsync (TiKV's raftstore does
-//     the same for the regions of one poll). Only then does it send the
-//     messages that vouch for that state, answer proposers and readers, and
-//     call Advance. Installing a snapshot is the one Ready persisted on its
-//     own, at once (rule 4). The begin and finish
-//     phases run on up to Config.Workers goroutines; a group is never
-//     processed by two of them at once, so per-group state needs no locks.
-//     Metrics.SyncedReadies / Metrics.RoundSyncs is how many Readies share
-//     one fsync.
+//     round writes its Readies (entries, hard states, and the application
+//     of their committed entries) into two pebble batches, one for the
+//     Readies raft needs synced (MustSync) and one for the rest. It
+//     commits the second without a sync, then the first with one sync:
+//     however many groups make progress together, they share one fsync
+//     (TiKV's raftstore does the same for the regions of one poll), and a
+//     Ready that needs none does not wait for it. Only once a Ready's batch
+//     is committed does the round send the messages that vouch for it,
+//     answer proposers and readers, and call Advance. Installing a snapshot
+//     is the one Ready persisted on its own, at once (rule 4). The begin
+//     and finish phases run on up to Config.Workers goroutines; a group is
+//     never processed by two of them at once, so per-group state needs no
+//     locks. Metrics.SyncedReadies / Metrics.RoundSyncs is how many
+//     Readies share one fsync.
 //   - Transport: messages to the same node are batched across groups on one
 //     stream per node pair (transport_grpc.go); LocalNetwork does the same in
 //     one process for tests.
