@@ -87,7 +87,7 @@ func (e *Engine) processRound(gids []uint64) {
 		}
 		var grown int
 		ready, sync := g.beginRound(func(sync bool) *pebble.Batch {
-			k := readyKind(0)
+			k := 0
 			if sync {
 				k = 1
 			}
@@ -142,7 +142,6 @@ func (e *Engine) processRound(gids []uint64) {
 	if hook != nil {
 		(*hook)(false)
 	}
-	synced := make(chan error, 1)
 	if counts[readyNoSync] > 0 {
 		if err := e.commitBatches(batches[0], false); err != nil {
 			failAll(readyNoSync, err)
@@ -151,13 +150,16 @@ func (e *Engine) processRound(gids []uint64) {
 		}
 	}
 	if counts[readySync] > 0 {
+		var err error
 		if counts[readyNoSync] > 0 {
+			synced := make(chan error, 1)
 			go func() { synced <- e.commitBatches(batches[1], true) }()
 			finish(readyNoSync)
+			err = <-synced
 		} else {
-			synced <- e.commitBatches(batches[1], true)
+			err = e.commitBatches(batches[1], true)
 		}
-		if err := <-synced; err != nil {
+		if err != nil {
 			failAll(readySync, err)
 			return
 		}
