@@ -162,6 +162,19 @@ func (c *benchCluster) moveLeader(gid, to uint64) error {
 	}
 }
 
+// metrics sums the engines' counters.
+func (c *benchCluster) metrics() raftengine.Metrics {
+	var sum raftengine.Metrics
+	for _, e := range c.engines {
+		m := e.Metrics()
+		sum.ReadyBatches += m.ReadyBatches
+		sum.SyncedReadies += m.SyncedReadies
+		sum.RoundSyncs += m.RoundSyncs
+		sum.Rounds += m.Rounds
+	}
+	return sum
+}
+
 // propose commits one command to gid, following leader hints.
 func (c *benchCluster) propose(gid uint64, cmd []byte) error {
 	target := 0
@@ -196,6 +209,7 @@ func BenchmarkReplicationEngine(b *testing.B) {
 			c := newBenchCluster(b, tc.groups)
 			payload := make([]byte, benchPayloadBytes)
 			var next atomic.Int64
+			before := c.metrics()
 			b.ResetTimer()
 			start := time.Now()
 			var wg sync.WaitGroup
@@ -223,6 +237,10 @@ func BenchmarkReplicationEngine(b *testing.B) {
 			b.ReportMetric(rate, "commits/s")
 			b.ReportMetric(ref, "pebble-synced-writes/s")
 			b.ReportMetric(rate/ref, "ratio")
+			after := c.metrics()
+			if syncs := after.RoundSyncs - before.RoundSyncs; syncs > 0 {
+				b.ReportMetric(float64(after.SyncedReadies-before.SyncedReadies)/float64(syncs), "readies/sync")
+			}
 		})
 	}
 }

@@ -24,7 +24,7 @@ const (
 	DefaultTickInterval   = 100 * time.Millisecond
 	DefaultElectionTicks  = 10
 	DefaultHeartbeatTicks = 2
-	DefaultWorkers        = 64
+	DefaultWorkers        = 8
 	// DefaultMaxCommandBytes bounds one proposed command.
 	DefaultMaxCommandBytes = 8 << 20
 	// DefaultMaxMessageBytes bounds the entries in one append message.
@@ -60,9 +60,11 @@ type Config struct {
 	TickInterval   time.Duration
 	ElectionTicks  int
 	HeartbeatTicks int
-	// Workers is the size of the scheduler's pool. Synced writes of
-	// concurrent workers share one fsync (pebble's group commit), so more
-	// workers than cores pays off.
+	// Workers is how many goroutines run the groups of one scheduler
+	// round in parallel (round.go). All groups of a round share one
+	// synced write whatever their number, so workers only spread the CPU
+	// work (raft steps, encoding, applying); a few more than the cores
+	// cover state machines that wait on reads.
 	Workers            int
 	MaxCommandBytes    int
 	MaxMessageBytes    int
@@ -159,11 +161,17 @@ type Engine struct {
 	stopped atomic.Bool
 
 	metrics engineMetrics
+
+	// roundHook, if set (tests only), is called by every round that has
+	// Readies, right before its batch is committed (committed false) and
+	// right after (true).
+	roundHook atomic.Pointer[func(committed bool)]
 }
 
 type engineMetrics struct {
 	proposals, proposalsDropped, applied               atomic.Uint64
-	readyBatches, syncedWrites                         atomic.Uint64
+	readyBatches, syncedWrites, syncedReadies          atomic.Uint64
+	rounds, roundSyncs                                 atomic.Uint64
 	messagesSent, messagesReceived, messagesDropped    atomic.Uint64
 	snapshotsSent, snapshotsApplied, snapshotBytesSent atomic.Uint64
 	leaderChanges                                      atomic.Uint64
@@ -284,7 +292,7 @@ func (e *Engine) Start() error {
 	if e.started.Swap(true) {
 		return errors.New("raftengine: already started")
 	}
-	e.sched = newScheduler(e.cfg.Workers, e.processGroup)
+	e.sched = newScheduler(e.processRound)
 	e.cfg.Transport.Listen(e)
 	e.wg.Add(1)
 	go e.tickLoop()
@@ -326,12 +334,6 @@ func (e *Engine) Stop() {
 	}
 	e.mu.RUnlock()
 	e.log.Info("engine stopped")
-}
-
-func (e *Engine) processGroup(gid uint64) {
-	if g := e.group(gid); g != nil {
-		g.process()
-	}
 }
 
 func (e *Engine) group(gid uint64) *group {
@@ -523,6 +525,15 @@ func (e *Engine) propose(ctx context.Context, gid uint64, p *proposal) (any, err
 	if err != nil {
 		return nil, err
 	}
+	// A replica that last saw another node lead refuses at once, rather
+	// than after waiting for a round (and its fsync) to ask raft. Only a
+	// replica that believes it leads, or knows no leader, asks raft, which
+	// alone decides whether to accept; a refusal here never reaches raft,
+	// so it is safe whatever raft's state, at worst naming the leader of a
+	// moment ago.
+	if st := g.status.Load(); st.Leader != 0 && st.Leader != e.cfg.NodeID {
+		return nil, &NotLeaderError{GroupID: gid, Leader: st.Leader}
+	}
 	p.id = e.nextID.Add(1)
 	p.done = make(chan proposalResult, 1)
 	if !g.enqueue(func(in *inbox) { in.proposals = append(in.proposals, p) }) {
@@ -657,6 +668,9 @@ func (e *Engine) Metrics() Metrics {
 		Applied:           e.metrics.applied.Load(),
 		ReadyBatches:      e.metrics.readyBatches.Load(),
 		SyncedWrites:      e.metrics.syncedWrites.Load(),
+		SyncedReadies:     e.metrics.syncedReadies.Load(),
+		Rounds:            e.metrics.rounds.Load(),
+		RoundSyncs:        e.metrics.roundSyncs.Load(),
 		MessagesSent:      e.metrics.messagesSent.Load(),
 		MessagesReceived:  e.metrics.messagesReceived.Load(),
 		MessagesDropped:   e.metrics.messagesDropped.Load(),

@@ -138,6 +138,12 @@ type group struct {
 	snapshotsOut map[uint64]uint64
 	idleTicks    int
 	removed      bool
+	// ready is the Ready taken in the current round's first phase, to be
+	// finished in its last (round.go); results are its applied entries'
+	// results, handed to their proposers once the round's batch is
+	// committed.
+	ready   raft.Ready
+	results []appliedResult
 }
 
 func (g *group) enqueue(f func(in *inbox)) bool {
@@ -159,23 +165,44 @@ func (g *group) takeInbox() inbox {
 	return in
 }
 
-// process is the group's step of the engine's ready loop.
-func (g *group) process() {
+// beginRound is the group's first phase of a scheduler round (round.go):
+// it drains the inbox, steps raft and, if raft has a Ready, writes it to
+// batchFor(sync) (see writeReady). It reports whether the group has a Ready
+// for finishRound, and whether that Ready's batch must be synced first.
+func (g *group) beginRound(batchFor func(sync bool) *pebble.Batch) (ready, sync bool) {
 	in := g.takeInbox()
 	if g.stopped.Load() {
 		g.failInbox(in, ErrStopped)
-		return
+		return false, false
 	}
 	if err := g.processInbox(in); err != nil {
 		g.fail(err)
-		return
+		return false, false
 	}
-	for g.rn.HasReady() {
-		if err := g.handleReady(); err != nil {
-			g.fail(err)
-			return
-		}
+	if !g.rn.HasReady() {
+		g.endRound()
+		return false, false
 	}
+	rd, sync, err := g.writeReady(batchFor)
+	if err != nil {
+		g.fail(err)
+		return false, false
+	}
+	g.ready = rd
+	return true, sync
+}
+
+// finishRound is the group's last phase of a round, once its Ready's batch
+// is committed (and synced if beginRound asked for it).
+func (g *group) finishRound() {
+	rd := g.ready
+	g.ready = raft.Ready{}
+	g.finishReady(rd)
+	g.endRound()
+}
+
+// endRound ends the group's part in a round, whether or not it had a Ready.
+func (g *group) endRound() {
 	for _, p := range g.unmatched {
 		// Raft accepted the proposal but did not append it (it can replace
 		// a membership change it refuses by an empty entry): it will never
@@ -193,6 +220,12 @@ func (g *group) process() {
 	g.publishStatus()
 	if g.removed {
 		g.e.destroyAsync(g.id)
+		return
+	}
+	if g.rn.HasReady() {
+		// Advancing can produce more (a leader's own acknowledgement may
+		// commit entries): the next round handles it.
+		g.e.sched.enqueue(g.id)
 	}
 }
 
@@ -327,8 +360,16 @@ func entryProposal(e *raftpb.Entry) (node, id uint64, ok bool) {
 	return node, id, err == nil
 }
 
-func (g *group) handleReady() error {
-	rd := g.rn.Ready()
+// writeReady takes raft's Ready and writes it to the batch batchFor(sync)
+// returns, sync telling whether the Ready must be durable before it is
+// finished (raft's MustSync, or a snapshot): the log reset of an installed
+// snapshot, the new entries, the hard state. It then sends the Ready's
+// messages that may leave before that state is durable (sendsBeforeSync),
+// and applies the committed entries into the same batch. The caller
+// commits the batch, synced if sync, and then calls finishReady; nothing
+// else may touch the RawNode in between.
+func (g *group) writeReady(batchFor func(sync bool) *pebble.Batch) (rd raft.Ready, sync bool, err error) {
+	rd = g.rn.Ready()
 	g.e.metrics.readyBatches.Add(1)
 	if rd.SoftState != nil {
 		g.onSoftState(rd.SoftState)
@@ -336,41 +377,41 @@ func (g *group) handleReady() error {
 	if hs := rd.HardState; hs != nil && hs.GetTerm() > g.term {
 		g.term = hs.GetTerm()
 	}
-
-	b := g.e.db.NewBatch()
-	defer b.Close()
 	snapshot := !raft.IsEmptySnap(rd.Snapshot)
+	sync = rd.MustSync || snapshot
+	if sync {
+		g.e.metrics.syncedReadies.Add(1)
+	}
+	b := batchFor(sync)
 	if snapshot {
 		md := rd.Snapshot.GetMetadata()
 		g.store.resetTo(b, md.GetIndex(), md.GetTerm())
 	}
 	if err := g.store.append(b, rd.Entries); err != nil {
-		return err
+		return rd, false, err
 	}
 	if !raft.IsEmptyHardState(rd.HardState) {
 		if err := g.store.setHardState(b, rd.HardState); err != nil {
-			return err
+			return rd, false, err
 		}
 	}
-	if !b.Empty() {
-		opts := pebble.NoSync
-		if rd.MustSync || snapshot {
-			opts = pebble.Sync
-			g.e.metrics.syncedWrites.Add(1)
-		}
-		if err := b.Commit(opts); err != nil {
-			return fmt.Errorf("persist raft state: %w", err)
-		}
+	g.send(rd.Messages, true)
+	if err := g.apply(b, rd.CommittedEntries); err != nil {
+		return rd, false, err
 	}
+	return rd, sync, nil
+}
+
+// finishReady does the rest of a Ready once writeReady's batch is
+// committed: the messages that waited for it, the proposers' results, the
+// reads, and raft's Advance.
+func (g *group) finishReady(rd raft.Ready) {
 	g.store.commitAppend(rd.Entries)
 	if len(rd.Entries) > 0 && g.isLeader() {
 		g.matchProposals(rd.Entries)
 	}
-
-	g.send(rd.Messages)
-	if err := g.apply(rd.CommittedEntries); err != nil {
-		return err
-	}
+	g.send(rd.Messages, false)
+	g.answerApplied()
 	for _, rs := range rd.ReadStates {
 		for _, r := range g.reads {
 			if r.index == 0 && bytes.Equal(r.ctx, rs.RequestCtx) {
@@ -380,6 +421,29 @@ func (g *group) handleReady() error {
 	}
 	g.completeReads()
 	g.rn.Advance(rd)
+}
+
+// handleReadyNow handles one Ready outside a round, with a batch of its
+// own: for the steps that must be durable before the worker goes on
+// (installing a snapshot).
+func (g *group) handleReadyNow() error {
+	b := g.e.db.NewBatch()
+	defer b.Close()
+	rd, sync, err := g.writeReady(func(bool) *pebble.Batch { return b })
+	if err != nil {
+		return err
+	}
+	if !b.Empty() {
+		opts := pebble.NoSync
+		if sync {
+			opts = pebble.Sync
+			g.e.metrics.syncedWrites.Add(1)
+		}
+		if err := b.Commit(opts); err != nil {
+			return fmt.Errorf("persist raft state: %w", err)
+		}
+	}
+	g.finishReady(rd)
 	return nil
 }
 
@@ -429,12 +493,37 @@ func (g *group) onSoftState(ss *raft.SoftState) {
 	}
 }
 
-func (g *group) send(msgs []*raftpb.Message) {
+// sendsBeforeSync reports whether a message of type t may be sent before
+// the Ready that carries it is durable. Raft itself sorts its messages this
+// way (raft.send): MsgAppResp, MsgVoteResp and MsgPreVoteResp vouch for
+// the sender's log or vote, and it queues them apart (msgsAfterAppend) to
+// be sent only once all the unstable state they rest on is durable; with
+// AsyncStorageWrites they ride on MsgStorageAppend as its responses.
+// Everything else (a leader's MsgApp, heartbeats and their responses, vote
+// requests, MsgSnap, MsgTimeoutNow) raft sends at once in that mode, before
+// the local append. A leader counts its own log towards the commit quorum
+// only through its self-addressed MsgAppResp, which raft steps on Advance,
+// after the sync; a candidate counts its own vote the same way. See doc.go,
+// rule 1.
+func sendsBeforeSync(t raftpb.MessageType) bool {
+	switch t {
+	case raftpb.MessageType_MsgAppResp, raftpb.MessageType_MsgVoteResp, raftpb.MessageType_MsgPreVoteResp:
+		return false
+	}
+	return true
+}
+
+// send sends the messages in msgs that may go before the Ready is durable
+// (early) or the others (!early).
+func (g *group) send(msgs []*raftpb.Message, early bool) {
 	if len(msgs) == 0 {
 		return
 	}
 	var byNode map[uint64][]Envelope
 	for _, m := range msgs {
+		if sendsBeforeSync(m.GetType()) != early {
+			continue
+		}
 		if m.GetType() == raftpb.MessageType_MsgSnap {
 			g.startSnapshot(m)
 			continue
@@ -456,16 +545,20 @@ type appliedResult struct {
 	result   any
 }
 
-// apply applies committed entries in one batch, written together with the
-// new applied state, then answers the local proposers.
-func (g *group) apply(entries []*raftpb.Entry) error {
+// apply applies committed entries to the state machine in a batch of their
+// own, together with the new applied state, and adds that batch to b: the
+// state-machine writes, the applied index and the raft state of the Ready
+// become durable in one commit. A state machine that fails leaves nothing
+// in b. The proposers learn their results from answerApplied, once b is
+// committed.
+func (g *group) apply(b *pebble.Batch, entries []*raftpb.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	b := g.e.db.NewIndexedBatch()
-	defer b.Close()
-	w := newPrefixWriter(b, dataPrefix(g.id))
-	var results []appliedResult
+	ab := g.e.db.NewIndexedBatch()
+	defer ab.Close()
+	w := newPrefixWriter(ab, dataPrefix(g.id))
+	results := g.results[:0]
 	confChanged := false
 	for _, e := range entries {
 		idx := e.GetIndex()
@@ -510,15 +603,27 @@ func (g *group) apply(entries []*raftpb.Entry) error {
 		g.idleTicks = 0
 		results = append(results, r)
 	}
-	if err := g.writeAppliedState(b); err != nil {
+	g.results = results
+	if err := g.writeAppliedState(ab); err != nil {
 		return err
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("commit applied entries: %w", err)
+	if err := b.Apply(ab, nil); err != nil {
+		return fmt.Errorf("add applied entries to the batch: %w", err)
 	}
 	g.e.metrics.applied.Add(uint64(len(results)))
+	if confChanged {
+		g.store.confState = g.confState
+		if !g.inConfig(g.e.cfg.NodeID) && g.applied > 0 {
+			g.removed = true
+		}
+	}
+	return nil
+}
 
-	for _, r := range results {
+// answerApplied hands the results of the entries apply applied to their
+// proposers, once apply's batch is committed.
+func (g *group) answerApplied() {
+	for i, r := range g.results {
 		var mine *proposal
 		if r.node == g.e.cfg.NodeID {
 			mine = g.proposals[r.id]
@@ -536,14 +641,9 @@ func (g *group) apply(entries []*raftpb.Entry) error {
 				g.e.metrics.proposalsDropped.Add(1)
 			}
 		}
+		g.results[i] = appliedResult{}
 	}
-	if confChanged {
-		g.store.confState = g.confState
-		if !g.inConfig(g.e.cfg.NodeID) && g.applied > 0 {
-			g.removed = true
-		}
-	}
-	return nil
+	g.results = g.results[:0]
 }
 
 func (g *group) writeAppliedState(b *pebble.Batch) error {
@@ -621,7 +721,8 @@ func (g *group) publishStatus() {
 	prev := g.status.Load()
 	if prev != nil && prev.Leader == st.Lead && prev.Term == st.HardState.GetTerm() &&
 		prev.Commit == st.HardState.GetCommit() && prev.Applied == g.applied &&
-		prev.Quiesced == g.quiesced.Load() && prev.confState == g.confState && prev.LogStart == g.store.truncIndex+1 {
+		prev.Quiesced == g.quiesced.Load() && prev.confState == g.confState && prev.LogStart == g.store.truncIndex+1 &&
+		prev.LastIndex == g.store.lastIndex {
 		return
 	}
 	g.status.Store(&GroupStatus{
@@ -636,6 +737,7 @@ func (g *group) publishStatus() {
 		Learners:  append([]uint64(nil), g.confState.GetLearners()...),
 		Quiesced:  g.quiesced.Load(),
 		LogStart:  g.store.truncIndex + 1,
+		LastIndex: g.store.lastIndex,
 		confState: g.confState,
 	})
 }

@@ -117,10 +117,18 @@ type testCluster struct {
 	stores  map[uint64]*Store
 	engines map[uint64]*Engine
 	tune    func(*Config)
-	logger  *slog.Logger
+	// wrapFS, if set, wraps a node's file system when the node starts (to
+	// inject faults or delays); crashes still clone the MemFS underneath.
+	wrapFS func(id uint64, fs vfs.FS) vfs.FS
+	logger *slog.Logger
 }
 
 func newTestCluster(t *testing.T, n int, tune func(*Config)) *testCluster {
+	t.Helper()
+	return newTestClusterFS(t, n, tune, nil)
+}
+
+func newTestClusterFS(t *testing.T, n int, tune func(*Config), wrapFS func(id uint64, fs vfs.FS) vfs.FS) *testCluster {
 	t.Helper()
 	level := slog.LevelWarn
 	if os.Getenv("ARBOR_TEST_DEBUG") != "" {
@@ -133,6 +141,7 @@ func newTestCluster(t *testing.T, n int, tune func(*Config)) *testCluster {
 		stores:  map[uint64]*Store{},
 		engines: map[uint64]*Engine{},
 		tune:    tune,
+		wrapFS:  wrapFS,
 		logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	}
 	for i := 1; i <= n; i++ {
@@ -150,7 +159,11 @@ func (c *testCluster) addNode(id uint64) {
 
 func (c *testCluster) start(id uint64) {
 	c.t.Helper()
-	st, err := OpenStore("/db", c.fs[id], c.logger)
+	var fs vfs.FS = c.fs[id]
+	if c.wrapFS != nil {
+		fs = c.wrapFS(id, fs)
+	}
+	st, err := OpenStore("/db", fs, c.logger)
 	if err != nil {
 		c.t.Fatalf("open store %d: %v", id, err)
 	}
@@ -200,6 +213,24 @@ func (c *testCluster) crash(id uint64) {
 	delete(c.engines, id)
 	delete(c.stores, id)
 	c.fs[id] = crashed
+}
+
+// powerLoss stops every node as a power cut would, each node's disk
+// becoming the image given for it (taken with CrashClone at the moment of
+// the cut).
+func (c *testCluster) powerLoss(images map[uint64]*vfs.MemFS) {
+	for _, id := range c.ids {
+		c.net.Detach(id)
+	}
+	for _, id := range c.ids {
+		if e := c.engines[id]; e != nil {
+			e.Stop()
+			_ = c.stores[id].Close()
+			delete(c.engines, id)
+			delete(c.stores, id)
+		}
+		c.fs[id] = images[id]
+	}
 }
 
 func (c *testCluster) close() {

@@ -125,5 +125,6 @@ func (g *group) maybeTruncateLog() error {
 	if err := s.truncate(b, target); err != nil {
 		return err
 	}
+	g.e.metrics.syncedWrites.Add(1)
 	return b.Commit(pebble.Sync)
 }

@@ -236,7 +236,7 @@ func (g *group) installSnapshot(inst *snapshotInstall) error {
 		return fmt.Errorf("step snapshot: %w", err)
 	}
 	for g.rn.HasReady() {
-		if err := g.handleReady(); err != nil {
+		if err := g.handleReadyNow(); err != nil {
 			return err
 		}
 	}

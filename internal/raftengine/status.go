@@ -17,8 +17,9 @@ type GroupStatus struct {
 	// Quiesced is true while the group is idle and not ticking.
 	Quiesced bool
 	// LogStart is the first index still in this replica's log; a replica
-	// that needs an earlier one is sent a snapshot.
-	LogStart uint64
+	// that needs an earlier one is sent a snapshot. LastIndex is the last
+	// index in it, persisted.
+	LogStart, LastIndex uint64
 	// Progress is the leader's view of each replica's match index; empty
 	// on followers.
 	Progress map[uint64]ReplicaProgress
@@ -45,9 +46,17 @@ type Metrics struct {
 	// Proposals counts proposals accepted by local leaders; Applied counts
 	// committed entries applied by local replicas.
 	Proposals, ProposalsDropped, Applied uint64
-	// ReadyBatches counts processed raft Ready structs; SyncedWrites counts
-	// pebble commits that were synced.
-	ReadyBatches, SyncedWrites uint64
+	// ReadyBatches counts processed raft Ready structs, and SyncedReadies
+	// those that had to be durable before their messages went out (new
+	// entries, a new term or vote, a snapshot).
+	ReadyBatches, SyncedReadies uint64
+	// SyncedWrites counts synced pebble commits of raft state: one per
+	// scheduler round that needed one (RoundSyncs), plus the few made
+	// outside rounds (log truncations, installed snapshots).
+	// SyncedReadies / RoundSyncs is how many Readies share one fsync.
+	SyncedWrites, RoundSyncs uint64
+	// Rounds counts scheduler rounds that persisted at least one Ready.
+	Rounds uint64
 	// MessagesSent and MessagesReceived count raft messages through the
 	// transport; MessagesDropped those the transport could not queue.
 	MessagesSent, MessagesReceived, MessagesDropped uint64

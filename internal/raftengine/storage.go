@@ -214,20 +214,22 @@ func (s *logStore) tailEntry(i uint64) *raftpb.Entry {
 }
 
 // append writes entries to b, deleting any entries past the new end that a
-// new leader has overwritten. Call commitAppend after b is committed.
+// new leader has overwritten. Call commitAppend after b is committed. b may
+// be shared with other groups (a round's batch): append encodes every entry
+// before writing any, so that an error leaves nothing of this group in b.
 func (s *logStore) append(b *pebble.Batch, entries []*raftpb.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	for _, e := range entries {
+	vals := make([][]byte, len(entries))
+	var size uint64
+	for i, e := range entries {
 		v, err := proto.Marshal(e)
 		if err != nil {
 			return fmt.Errorf("encode log entry: %w", err)
 		}
-		if err := b.Set(logKey(s.gid, e.GetIndex()), v, nil); err != nil {
-			return err
-		}
-		s.logBytes += uint64(len(v))
+		vals[i] = v
+		size += uint64(len(v))
 	}
 	newLast := entries[len(entries)-1].GetIndex()
 	if newLast < s.lastIndex {
@@ -235,6 +237,12 @@ func (s *logStore) append(b *pebble.Batch, entries []*raftpb.Entry) error {
 			return err
 		}
 	}
+	for i, e := range entries {
+		if err := b.Set(logKey(s.gid, e.GetIndex()), vals[i], nil); err != nil {
+			return err
+		}
+	}
+	s.logBytes += size
 	return nil
 }
 
@@ -261,8 +269,11 @@ func (s *logStore) setHardState(b *pebble.Batch, hs *raftpb.HardState) error {
 	if err != nil {
 		return err
 	}
+	if err := b.Set(hardStateKey(s.gid), v, nil); err != nil {
+		return err
+	}
 	s.hardState = proto.CloneOf(hs)
-	return b.Set(hardStateKey(s.gid), v, nil)
+	return nil
 }
 
 // truncate removes entries up to and including index from the log.
