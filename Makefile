@@ -63,8 +63,9 @@ clean:
 # Benchmarks (bench/): each measures a reference in the same run and
 # reports the ratio. BENCH narrows the set (a -bench regexp).
 BENCH ?= .
-bench:
-	$(GO) test ./bench/ -run '^$$' -bench '$(BENCH)' -benchtime 3s -count 1 -timeout 60m
+bench: build
+	bash scripts/install-deps.sh --bench
+	ARBOR_BINARY=$(CURDIR)/bin/arbor $(GO) test ./bench/ -run '^$$' -bench '$(BENCH)' -benchtime 3s -count 1 -timeout 60m
 
 # Full-size runs that `make test` does small: the tract store's cluster
 # tests (a 1 GiB blob put and got back, kill -9 recovery, growth and

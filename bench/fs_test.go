@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -228,19 +229,15 @@ func BenchmarkFS(b *testing.B) {
 		b.ReportMetric(r/lr, "read-ratio")
 	})
 	b.Run("untar", func(b *testing.B) {
-		tarball := os.Getenv("ARBOR_UNTAR")
-		if tarball == "" {
-			tarball = filepath.Join(b.TempDir(), "src.tar")
-			src := filepath.Join(runtimeGOROOT(b), "src", "net")
-			if out, err := exec.Command("tar", "-cf", tarball, "-C", filepath.Dir(src), filepath.Base(src)).CombinedOutput(); err != nil {
-				b.Fatalf("tar: %v\n%s", err, out)
-			}
-		}
+		tarball := untarSource(b)
 		entries := countEntries(b, tarball)
-		var t, lt time.Duration
+		var t, lt, ls, lls time.Duration
 		for i := 0; i < b.N; i++ {
-			t = untar(b, tarball, filepath.Join(mnt, fmt.Sprintf("untar%d", i)))
-			lt = untar(b, tarball, filepath.Join(local, fmt.Sprintf("untar%d", i)))
+			dir, ldir := filepath.Join(mnt, fmt.Sprintf("untar%d", i)), filepath.Join(local, fmt.Sprintf("untar%d", i))
+			t = untar(b, tarball, dir)
+			lt = untar(b, tarball, ldir)
+			ls = listLong(b, dir)
+			lls = listLong(b, ldir)
 		}
 		b.ReportMetric(float64(entries), "entries")
 		b.ReportMetric(t.Seconds(), "s")
@@ -248,7 +245,66 @@ func BenchmarkFS(b *testing.B) {
 		b.ReportMetric(float64(entries)/t.Seconds(), "entries/s")
 		b.ReportMetric(float64(entries)/lt.Seconds(), "disk-entries/s")
 		b.ReportMetric(lt.Seconds()/t.Seconds(), "ratio")
+		b.ReportMetric(ls.Seconds(), "lsR-s")
+		b.ReportMetric(lls.Seconds(), "disk-lsR-s")
+		b.ReportMetric(lls.Seconds()/ls.Seconds(), "lsR-ratio")
 	})
+}
+
+// linuxSource is the tarball of Debian's linux-source-6.1 package
+// (`make bench` installs it: scripts/install-deps.sh --bench).
+const linuxSource = "/usr/src/linux-source-6.1.tar.xz"
+
+// untarSource returns the uncompressed tarball the untar benchmark
+// extracts: $ARBOR_UNTAR, else the Linux source, else (with a note) Go's
+// own net package. Compressed tarballs are decompressed first, so both
+// runs measure the file system, not xz.
+func untarSource(b *testing.B) string {
+	b.Helper()
+	tarball := os.Getenv("ARBOR_UNTAR")
+	if tarball == "" {
+		if _, err := os.Stat(linuxSource); err == nil {
+			tarball = linuxSource
+		}
+	}
+	if tarball == "" {
+		b.Logf("no %s: untarring Go's src/net instead (install it with scripts/install-deps.sh --bench)", linuxSource)
+		tarball = filepath.Join(b.TempDir(), "src.tar")
+		src := filepath.Join(runtimeGOROOT(b), "src", "net")
+		if out, err := exec.Command("tar", "-cf", tarball, "-C", filepath.Dir(src), filepath.Base(src)).CombinedOutput(); err != nil {
+			b.Fatalf("tar: %v\n%s", err, out)
+		}
+		return tarball
+	}
+	if !strings.HasSuffix(tarball, ".xz") {
+		return tarball
+	}
+	plain := filepath.Join(b.TempDir(), strings.TrimSuffix(filepath.Base(tarball), ".xz"))
+	out, err := os.Create(plain)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer out.Close()
+	cmd := exec.Command("xz", "-dc", tarball)
+	cmd.Stdout = out
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("xz -dc %s: %v", tarball, err)
+	}
+	return plain
+}
+
+// listLong runs `ls -lR` over dir with cold caches and returns the time.
+func listLong(b *testing.B, dir string) time.Duration {
+	b.Helper()
+	dropCaches()
+	start := time.Now()
+	cmd := exec.Command("ls", "-lR", dir)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("ls -lR %s: %v\n%s", dir, err, stderr.String())
+	}
+	return time.Since(start)
 }
 
 func runtimeGOROOT(b *testing.B) string {

@@ -10,8 +10,13 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 
+# --bench adds what only the benchmarks need: the Linux source tarball the
+# untar benchmark extracts (bench/fs_test.go).
+pkgs=(fuse3 fio libnfs-utils protobuf-compiler)
+[ "${1:-}" = "--bench" ] && pkgs+=(linux-source-6.1 xz-utils)
+
 need_apt=()
-for pkg in fuse3 fio libnfs-utils protobuf-compiler; do
+for pkg in "${pkgs[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
