@@ -345,14 +345,8 @@ func (s *Server) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResp
 
 // TableStats reports the tables served here.
 func (s *Server) TableStats(ctx context.Context, req *pb.TableStatsRequest) (*pb.TableStatsResponse, error) {
-	s.mu.Lock()
-	sts := make([]*fsState, 0, len(s.fss))
-	for _, st := range s.fss {
-		sts = append(sts, st)
-	}
-	s.mu.Unlock()
 	resp := &pb.TableStatsResponse{}
-	for _, st := range sts {
+	for _, st := range s.fsStates() {
 		for _, t := range st.st.owned() {
 			inodes, keys, bytes := st.st.cachedCounts(t.r)
 			if req.GetExact() {

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -38,6 +39,7 @@ type testCluster struct {
 	servers map[uint64]*testServer
 	client  *Client
 	lease   time.Duration
+	split   SplitPolicy // zero: the default
 }
 
 type testServer struct {
@@ -52,7 +54,7 @@ func dialTest(addr string) (grpc.ClientConnInterface, error) {
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
-func newTestCluster(t testing.TB, servers int) *testCluster {
+func newTestCluster(t testing.TB, servers int, opts ...func(*testCluster)) *testCluster {
 	t.Helper()
 	level := slog.LevelWarn
 	if os.Getenv("ARBOR_TEST_DEBUG") != "" {
@@ -62,6 +64,9 @@ func newTestCluster(t testing.TB, servers int) *testCluster {
 	c := &testCluster{t: t, dir: directorytest.Start(t, 1), pages: pages, root: root, data: fs.NewMemData(64 << 10),
 		log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})), servers: map[uint64]*testServer{},
 		lease: time.Second}
+	for _, o := range opts {
+		o(c)
+	}
 	for i := range servers {
 		c.start(uint64(i + 1))
 	}
@@ -84,7 +89,7 @@ func (c *testCluster) start(id uint64) {
 	ts.node = c.dir.Register(id, ts.addr, RoleMeta)
 	srv, err := NewServer(Config{Node: id, NodeEpoch: ts.node.Epoch, Directory: c.dir.Client(),
 		Tree: newTree(c.t, c.pages, c.root, 64<<20), Data: c.data, Dial: dialTest, Logger: c.log.With("node", id),
-		LeaseDuration: c.lease, PollInterval: 50 * time.Millisecond, ReclaimInterval: time.Second})
+		LeaseDuration: c.lease, Split: c.split, PollInterval: 50 * time.Millisecond, ReclaimInterval: time.Second})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -313,5 +318,86 @@ func TestServersModelMovesSplitsKills(t *testing.T) {
 	t.Logf("ops %v; %d objects, %d tracts; %d splits, %d moves, %d kills", rep.Ops, rep.Objects, rep.Tracts, splits, moves, kills)
 	if splits == 0 || moves == 0 {
 		t.Fatalf("the run made %d splits and %d moves (split errors: %v)", splits, moves, splitErrs)
+	}
+}
+
+// TestAutoSplit: a table past SplitPolicy.Inodes splits on its own, under
+// load its new part moves to the quieter server, and the file system
+// loses nothing.
+func TestAutoSplit(t *testing.T) {
+	c := newTestCluster(t, 2, func(c *testCluster) { c.split = SplitPolicy{Inodes: 60, Cooldown: time.Second} })
+	x := c.newFS("auto")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fsys := x.FS()
+	want := map[fs.Handle][]string{}
+	create := func(dir fs.Handle, name string) {
+		t.Helper()
+		a, err := fsys.Create(ctx, dir, name, 0o644, fs.Cred{})
+		if err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		if err := fsys.Release(ctx, a.Handle); err != nil {
+			t.Fatal(err)
+		}
+		want[dir] = append(want[dir], name)
+	}
+	top, err := fsys.Mkdir(ctx, fs.RootHandle, "top", 0o755, fs.Cred{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []fs.Handle
+	for i := range 8 {
+		d, err := fsys.Mkdir(ctx, top.Handle, fmt.Sprintf("d%d", i), 0o755, fs.Cred{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d.Handle)
+		for j := range 10 {
+			create(d.Handle, fmt.Sprintf("f%d", j))
+		}
+	}
+	countTables := func() (int, map[uint64]int) {
+		t.Helper()
+		tables, err := c.client.Tables(ctx, x.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inodes := map[uint64]int{}
+		for _, tb := range tables {
+			inodes[tb.Table] = int(tb.Inodes)
+		}
+		return len(tables), inodes
+	}
+	// "top" may be placed on the other server as a table of its own; no
+	// table holds more than 60 inodes yet.
+	before, inodes := countTables()
+	t.Logf("%d tables before: inodes %v", before, inodes)
+	// Keep creating until a table splits.
+	for i := 0; ; i++ {
+		if ctx.Err() != nil {
+			t.Fatalf("no split within a minute")
+		}
+		create(dirs[i%len(dirs)], fmt.Sprintf("g%d", i))
+		if i%20 == 0 {
+			if n, inodes := countTables(); n > before {
+				t.Logf("%d tables after %d more creates: inodes %v", n, i+1, inodes)
+				break
+			}
+		}
+	}
+	for _, d := range dirs {
+		for _, name := range want[d] {
+			if _, err := fsys.Lookup(ctx, d, name); err != nil {
+				t.Fatalf("%s after the split: %v", name, err)
+			}
+		}
+	}
+	rep, err := x.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("fsck: %+v", rep)
 	}
 }

@@ -32,6 +32,8 @@ type memberLoad struct {
 	// inodes and bytes of its tables (what it caches: a lower bound),
 	// creates per second recently.
 	inodes, bytes, creates float64
+	// ops per second recently (all operations; placement uses creates).
+	ops float64
 }
 
 // placementConfig holds the heuristics' constants.

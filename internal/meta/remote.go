@@ -18,8 +18,10 @@ import (
 type placer struct {
 	mu     sync.Mutex
 	tables placementTables
-	rr     roundRobin
-	rng    *rand.Rand
+	// members: what the last refresh heard from each live server.
+	members []memberLoad
+	rr      roundRobin
+	rng     *rand.Rand
 }
 
 // refreshPlacement gathers every live metadata server's table statistics
@@ -48,12 +50,13 @@ func (s *Server) refreshPlacement(ctx context.Context) {
 			m.inodes += float64(t.GetInodes())
 			m.bytes += float64(t.GetCachedBytes())
 			m.creates += t.GetCreatesPerSecond()
+			m.ops += t.GetOpsPerSecond()
 		}
 		members = append(members, m)
 	}
 	t := computePlacement(s.cfg.Node, members, defaultPlacement)
 	s.place.mu.Lock()
-	s.place.tables = t
+	s.place.tables, s.place.members = t, members
 	s.place.mu.Unlock()
 }
 

@@ -78,7 +78,10 @@ type Config struct {
 	// ReclaimInterval is how often orphans of dead sessions are reclaimed
 	// in the tables served here (zero: 30 s; negative: never).
 	ReclaimInterval time.Duration
-	Logger          *slog.Logger
+	// Split says when the server splits its tables on its own (zero:
+	// DefaultSplitPolicy; Cooldown < 0: never; autosplit.go).
+	Split  SplitPolicy
+	Logger *slog.Logger
 	// Metrics, if set, receives arbor_meta_* series.
 	Metrics prometheus.Registerer
 }
@@ -100,6 +103,10 @@ type Server struct {
 	// leases: the tables served here, by id, with the lease state.
 	leaseMu sync.Mutex
 	leases  map[uint64]*lease
+
+	// splits: what the automatic splits remember per table served here.
+	splitMu sync.Mutex
+	splits  map[uint64]*splitState
 	// servingMu serializes what changes the tables served here: following
 	// the map, renewing (and taking back) leases, moves and splits. Without
 	// it, a map read during a split would drop the parts the split just
@@ -186,6 +193,12 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits
 	}
+	switch {
+	case cfg.Split == (SplitPolicy{}):
+		cfg.Split = DefaultSplitPolicy
+	case cfg.Split.Cooldown < 0:
+		cfg.Split = SplitPolicy{}
+	}
 	if cfg.LeaseDuration == 0 {
 		cfg.LeaseDuration = defaultLeaseDuration
 	}
@@ -206,7 +219,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger.With("meta", cfg.Node), m: newStoreMetrics(),
-		fss: map[uint64]*fsState{}, leases: map[uint64]*lease{}, inflight: map[[2]uint64]*call{}, borrowed: map[uint64]*borrowed{},
+		fss: map[uint64]*fsState{}, leases: map[uint64]*lease{}, splits: map[uint64]*splitState{}, inflight: map[[2]uint64]*call{}, borrowed: map[uint64]*borrowed{},
 		stop: make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -238,6 +251,7 @@ func (s *Server) Start() {
 	s.loop("frozen tables", 20*time.Millisecond, s.pollFrozen)
 	s.loop("borrowed tables", time.Second, s.returnBorrowed)
 	s.loop("placement refresh", time.Second, s.refreshPlacement)
+	s.loop("automatic splits", time.Second, s.autoSplit)
 	s.loop("live sessions", time.Second, s.refreshSessions)
 	if s.cfg.ReclaimInterval > 0 {
 		s.loop("orphan reclaim", s.cfg.ReclaimInterval, s.reclaim)
@@ -301,6 +315,17 @@ func (s *Server) Stop() {
 	for _, st := range s.fss {
 		st.st.close()
 	}
+}
+
+// fsStates returns the file systems the server runs, in no order.
+func (s *Server) fsStates() []*fsState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sts := make([]*fsState, 0, len(s.fss))
+	for _, st := range s.fss {
+		sts = append(sts, st)
+	}
+	return sts
 }
 
 // fsOf returns what the server runs for file system f, opening it on
@@ -570,13 +595,7 @@ func (s *Server) regrant(ctx context.Context, l *lease) (*dpb.Delegation, error)
 // pollFrozen reads the headers of frozen tables until a snapshot thaws
 // them.
 func (s *Server) pollFrozen(ctx context.Context) {
-	s.mu.Lock()
-	sts := make([]*fsState, 0, len(s.fss))
-	for _, st := range s.fss {
-		sts = append(sts, st)
-	}
-	s.mu.Unlock()
-	for _, st := range sts {
+	for _, st := range s.fsStates() {
 		st.st.refreshFrozen(ctx)
 		s.completeFrozen(ctx, st)
 	}
@@ -585,13 +604,7 @@ func (s *Server) pollFrozen(ctx context.Context) {
 // refreshSessions reads which sessions are live, for each file system
 // served here (store.opensKnown).
 func (s *Server) refreshSessions(ctx context.Context) {
-	s.mu.Lock()
-	sts := make([]*fsState, 0, len(s.fss))
-	for _, st := range s.fss {
-		sts = append(sts, st)
-	}
-	s.mu.Unlock()
-	for _, st := range sts {
+	for _, st := range s.fsStates() {
 		at := time.Now()
 		live, err := st.direct.LiveSessions(ctx)
 		if err != nil {
@@ -606,13 +619,7 @@ func (s *Server) refreshSessions(ctx context.Context) {
 // that expired; the server of each file system's first table also deletes
 // its queued blobs.
 func (s *Server) reclaim(ctx context.Context) {
-	s.mu.Lock()
-	sts := make([]*fsState, 0, len(s.fss))
-	for _, st := range s.fss {
-		sts = append(sts, st)
-	}
-	s.mu.Unlock()
-	for _, st := range sts {
+	for _, st := range s.fsStates() {
 		for _, t := range st.st.owned() {
 			if err := st.live.ReclaimOrphansIn(ctx, t.r, false); err != nil {
 				s.log.Warn("reclaiming orphans", "fs", st.f, "table", t.id, "err", err)
