@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/directory"
@@ -57,7 +59,7 @@ func (s *Server) createFileSystem(ctx context.Context, name string) (*dpb.FileSy
 		rec, err = s.cfg.Directory.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Name: name})
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("create file system %q: %w", name, err)
+		return nil, false, fmt.Errorf("create file system %q: %w", name, directoryError(err))
 	}
 	f := rec.GetNumber()
 	if err := fs.Format(ctx, fs.BTreeMeta{Tree: s.tree()}, f, fs.DefaultLayout, time.Now()); err != nil {
@@ -90,7 +92,7 @@ func (s *Server) DeleteFileSystem(ctx context.Context, req *pb.DeleteFileSystemR
 	}
 	rec, err := s.cfg.Directory.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Name: req.GetName()})
 	if err != nil {
-		return &pb.DeleteFileSystemResponse{Error: errorToPB(fmt.Errorf("file system %q: %w", req.GetName(), err))}, nil
+		return &pb.DeleteFileSystemResponse{Error: errorToPB(fmt.Errorf("file system %q: %w", req.GetName(), directoryError(err)))}, nil
 	}
 	f := rec.GetNumber()
 	tabs, err := s.tablesOf(ctx, f)
@@ -141,12 +143,26 @@ func (s *Server) createSnapshot(ctx context.Context, f uint64, name string) (uin
 	}
 	sn, err := s.cfg.Directory.CreateSnapshot(ctx, &dpb.CreateSnapshotRequest{FileSystem: f, Name: name})
 	if err != nil {
-		return 0, fmt.Errorf("number the snapshot: %w", err)
+		return 0, fmt.Errorf("number the snapshot: %w", directoryError(err))
 	}
 	if err := s.snapshotTables(ctx, st, sn.GetNumber(), name); err != nil {
 		return 0, err
 	}
 	return sn.GetNumber(), nil
+}
+
+// directoryError gives the directory's refusals of bad input the errno
+// they stand for (its other errors stay EIO).
+func directoryError(err error) error {
+	switch directory.CodeOf(err) {
+	case dpb.ErrorCode_NOT_FOUND:
+		return fmt.Errorf("%w: %w", syscall.ENOENT, err)
+	case dpb.ErrorCode_ALREADY_EXISTS:
+		return fmt.Errorf("%w: %w", syscall.EEXIST, err)
+	case dpb.ErrorCode_INVALID_ARGUMENT:
+		return fmt.Errorf("%w: %w", errInvalid, err)
+	}
+	return err
 }
 
 // snapshotTables freezes f's tables for snapshot n, records it, thaws
@@ -294,9 +310,22 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *pb.DeleteSnapshotReque
 }
 
 func (s *Server) deleteSnapshot(ctx context.Context, f, n uint64) (*pb.DeleteSnapshotResponse, error) {
+	if n == 0 {
+		return nil, invalidf("snapshot 0 is the live file system")
+	}
 	st, err := s.fsOf(ctx, f)
 	if err != nil {
 		return nil, err
+	}
+	// A snapshot is in the directory's record from before it is taken
+	// until its deletion is done: one not there was never taken, or is
+	// deleted already.
+	rec, err := s.cfg.Directory.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Number: f})
+	if err != nil {
+		return nil, fmt.Errorf("read the directory record of file system %d: %w", f, directoryError(err))
+	}
+	if !slices.ContainsFunc(rec.GetSnapshots(), func(sn *dpb.Snapshot) bool { return sn.GetNumber() == n }) {
+		return nil, fmt.Errorf("file system %d has no snapshot %d: %w", f, n, syscall.ENOENT)
 	}
 	if err := st.direct.MarkSnapshotDeleting(ctx, n); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/fs"
@@ -193,7 +194,7 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 			// FlexGroup placement: most directories stay with their
 			// parent; RP sends some to another server, as new tables.
 			remote.tried = true
-			if dst, ok := s.placeRemote(f, dir); ok {
+			if dst, ok := s.placeRemote(f, dir); ok && mkdirCanSucceed(ctx, f, dir, req.GetName()) {
 				st, _ := s.fsOf(ctx, req.GetHeader().GetFs())
 				d, table, perr := s.remoteDirectory(ctx, st, f)
 				if perr != nil {
@@ -242,6 +243,21 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 		}()
 	}
 	return attrResponse(e, a), nil
+}
+
+// mkdirCanSucceed reports whether a mkdir of name in dir gets past its
+// checks (a valid name, not there yet, in a directory), so that a remote
+// placement, which carves and moves a table, is not made for a mkdir that
+// fails: bad input changes nothing.
+func mkdirCanSucceed(ctx context.Context, f *fs.FS, dir fs.Handle, name string) bool {
+	if name == "" || name == "." || name == ".." {
+		return false
+	}
+	if a, err := f.GetAttr(ctx, dir); err != nil || !a.IsDir() {
+		return false
+	}
+	_, err := f.Lookup(ctx, dir, name)
+	return errors.Is(err, syscall.ENOENT)
 }
 
 // Readlink implements pb.MetaServer.
