@@ -34,9 +34,11 @@ const (
 	maxTractBytes = 32 << 20
 	minBlockBytes = 16 << 10
 
-	// blocksPerTxn bounds the block map pairs one transaction writes, with
-	// the superblock and the inode well inside MaxTxnValues.
-	blocksPerTxn = 10
+	// blocksPerTxn bounds the block map pairs one transaction writes, so
+	// that with the superblock, the inode, the record of tracts to free
+	// and a metadata server's reply record it stays inside MaxTxnValues
+	// (and inside a table owner's bound, MaxTxnValues less three).
+	blocksPerTxn = 8
 	// MaxTxnValues is the metadata store's bound on values per
 	// transaction (FSS §5); the file system's transactions stay within it.
 	MaxTxnValues = 15

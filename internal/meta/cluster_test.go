@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -399,5 +400,43 @@ func TestAutoSplit(t *testing.T) {
 	}
 	if !rep.OK() {
 		t.Fatalf("fsck: %+v", rep)
+	}
+}
+
+// TestLargeOverwrite writes a file of many blocks and overwrites it all:
+// each CommitBlocks carries fs.MaxBlocksPerCommit blocks, replaces as many
+// (their tracts queued to be freed) and is recorded, and still fits one
+// transaction of an owner.
+func TestLargeOverwrite(t *testing.T) {
+	c := newTestCluster(t, 1)
+	x := c.newFS("large")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fsys := x.FS()
+	a, err := fsys.Create(ctx, fs.RootHandle, "big", 0o644, fs.Cred{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4<<20) // 64 tracts of the test cluster's 64 KiB
+	for round := range 3 {
+		for i := range buf {
+			buf[i] = byte(round + i)
+		}
+		if _, err := fsys.Write(ctx, a.Handle, 0, buf); err != nil {
+			t.Fatalf("round %d: write: %v", round, err)
+		}
+		if err := fsys.Flush(ctx, a.Handle); err != nil {
+			t.Fatalf("round %d: flush: %v", round, err)
+		}
+	}
+	if err := fsys.Release(ctx, a.Handle); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(buf))
+	if _, err := fsys.Read(ctx, a.Handle, 0, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, buf) {
+		t.Fatal("the file does not hold the last round's bytes")
 	}
 }
