@@ -46,7 +46,7 @@ func (sm *StateMachine) Apply(w raftengine.Writer, index uint64, data []byte) (a
 	if err := a.eff.write(w); err != nil {
 		return nil, fmt.Errorf("directory: apply index %d: %w", index, err)
 	}
-	if err := rememberRequest(w, index, cmd.RequestId, res); err != nil {
+	if err := rememberRequest(w, index, cmd.RequestId, res, &sm.requestsPruned); err != nil {
 		return nil, fmt.Errorf("directory: apply index %d: %w", index, err)
 	}
 	sm.mu.Lock()

@@ -63,8 +63,12 @@ func repeatedRequest(r raftengine.Reader, id []byte) (*pb.CommandResult, error) 
 }
 
 // rememberRequest records the successful result of request id applied at
-// index, and forgets requests that fell out of the window.
-func rememberRequest(w raftengine.Writer, index uint64, id []byte, res *pb.CommandResult) error {
+// index, and forgets requests that fell out of the window. *pruned is the
+// index below which every request is forgotten already (0: unknown); the
+// scan starts there, not at the prefix, so it does not walk the deleted
+// keys pebble keeps until a compaction (every apply did, and the
+// directory's CPU grew with the requests of the last hours).
+func rememberRequest(w raftengine.Writer, index uint64, id []byte, res *pb.CommandResult, pruned *uint64) error {
 	if len(id) == 0 {
 		return nil
 	}
@@ -82,8 +86,13 @@ func rememberRequest(w raftengine.Writer, index uint64, id []byte, res *pb.Comma
 		return nil
 	}
 	var expired [][]byte
-	end := binary.BigEndian.AppendUint64(append([]byte(nil), prefixRequestIndex...), index-requestWindowEntries)
-	if err := w.Scan(prefixRequestIndex, end, func(k, _ []byte) error {
+	below := index - requestWindowEntries
+	if *pruned >= below {
+		return nil
+	}
+	start := binary.BigEndian.AppendUint64(append([]byte(nil), prefixRequestIndex...), *pruned)
+	end := binary.BigEndian.AppendUint64(append([]byte(nil), prefixRequestIndex...), below)
+	if err := w.Scan(start, end, func(k, _ []byte) error {
 		expired = append(expired, append([]byte(nil), k...))
 		return nil
 	}); err != nil {
@@ -97,5 +106,6 @@ func rememberRequest(w raftengine.Writer, index uint64, id []byte, res *pb.Comma
 			return err
 		}
 	}
+	*pruned = below
 	return nil
 }

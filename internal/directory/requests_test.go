@@ -61,16 +61,36 @@ func TestRepeatedRequestAppliesOnce(t *testing.T) {
 func TestRequestsAreForgottenAfterTheWindow(t *testing.T) {
 	kv := newMemKV()
 	res := &pb.CommandResult{}
-	if err := rememberRequest(kv, 10, []byte("old"), res); err != nil {
+	var pruned uint64
+	if err := rememberRequest(kv, 10, []byte("old"), res, &pruned); err != nil {
 		t.Fatal(err)
 	}
-	if err := rememberRequest(kv, 10+requestWindowEntries+1, []byte("new"), res); err != nil {
+	if err := rememberRequest(kv, 20, []byte("older"), res, &pruned); err != nil {
+		t.Fatal(err)
+	}
+	if err := rememberRequest(kv, 10+requestWindowEntries+1, []byte("new"), res, &pruned); err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := repeatedRequest(kv, []byte("old")); r != nil {
 		t.Fatal("a request older than the window is still remembered")
 	}
-	if r, _ := repeatedRequest(kv, []byte("new")); r == nil {
-		t.Fatal("the newest request is forgotten")
+	if r, _ := repeatedRequest(kv, []byte("older")); r == nil {
+		t.Fatal("a request inside the window is forgotten")
+	}
+	// The next prune starts where this one ended and still finds what
+	// fell out of the window since.
+	if pruned != 11 {
+		t.Fatalf("pruned below %d, want 11", pruned)
+	}
+	if err := rememberRequest(kv, 20+requestWindowEntries+1, []byte("newer"), res, &pruned); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := repeatedRequest(kv, []byte("older")); r != nil {
+		t.Fatal("a request that fell out of the window later is still remembered")
+	}
+	for _, id := range []string{"new", "newer"} {
+		if r, _ := repeatedRequest(kv, []byte(id)); r == nil {
+			t.Fatalf("request %s inside the window is forgotten", id)
+		}
 	}
 }

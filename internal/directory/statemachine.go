@@ -21,6 +21,11 @@ import (
 type StateMachine struct {
 	mu sync.RWMutex
 	st state
+	// requestsPruned: every request index key below it is deleted
+	// (rememberRequest). Only Apply and Load touch it. Scanning from it
+	// instead of the prefix keeps each apply from walking the tombstones
+	// of every request pruned since the last compaction.
+	requestsPruned uint64
 }
 
 var _ raftengine.StateMachine = (*StateMachine)(nil)
@@ -69,6 +74,7 @@ func (s *state) reset() {
 
 // Load rebuilds the mirror from the key space.
 func (sm *StateMachine) Load(r raftengine.Reader) error {
+	sm.requestsPruned = 0
 	var st state
 	st.reset()
 	if err := loadState(r, &st); err != nil {
