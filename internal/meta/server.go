@@ -104,6 +104,10 @@ type Server struct {
 	leaseMu sync.Mutex
 	leases  map[uint64]*lease
 
+	// regrantMu serializes taking back expired tables during a renewal
+	// round (renewLeases runs renewals in parallel).
+	regrantMu sync.Mutex
+
 	// splits: what the automatic splits remember per table served here.
 	splitMu sync.Mutex
 	splits  map[uint64]*splitState
@@ -531,15 +535,29 @@ func (s *Server) renewLeases(ctx context.Context) {
 		ls = append(ls, l)
 	}
 	s.leaseMu.Unlock()
+	// One at a time, a renewal round took a directory commit per table:
+	// with hundreds of tables it outlasted the renewal interval and leases
+	// expired. In parallel, the directory's engine syncs them together.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, renewParallelism)
 	for _, l := range ls {
 		s.mu.Lock()
 		st := s.fss[l.f]
 		s.mu.Unlock()
-		if st != nil {
-			s.renew(ctx, st, l)
+		if st == nil {
+			continue
 		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			s.renew(ctx, st, l)
+		})
 	}
+	wg.Wait()
 }
+
+// renewParallelism bounds the lease renewals a server has in flight.
+const renewParallelism = 32
 
 // renew extends table l's lease; the table is served until the lease's
 // holder deadline, measured from before the request was sent. A lease
@@ -565,6 +583,10 @@ func (s *Server) renew(ctx context.Context, st *fsState, l *lease) {
 		// Nobody took it yet: take it again, at a new epoch (the old one
 		// was not served past its deadline).
 		s.log.Warn("a table's lease expired before its renewal; taking it again", "table", l.table, "epoch", l.epoch)
+		// Renewals run in parallel; acquisitions, as everywhere else, one
+		// at a time.
+		s.regrantMu.Lock()
+		defer s.regrantMu.Unlock()
 		d, err := s.regrant(ctx, l)
 		if err == nil {
 			err = s.acquire(ctx, d)
