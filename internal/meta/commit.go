@@ -92,6 +92,7 @@ func (s *store) applyLocked(tx *txn) *pending {
 			p.units = append(p.units, u)
 			u.dirty++
 		}
+		u.inodes.Store(-1)
 		_, e, ok := s.kv.Get(k)
 		if ok {
 			u.bytes -= entryBytes([]byte(k), e.val)

@@ -87,6 +87,10 @@ type unit struct {
 	dirty   int
 	lastUse uint64
 	keys    int
+	// inodes counts the inodes among its cached keys, -1 when not
+	// counted since its keys changed (cachedCounts counts it again).
+	// Atomic: cachedCounts stores it under the read lock.
+	inodes atomic.Int64
 }
 
 // table is a table the server owns.
@@ -287,6 +291,7 @@ func (s *store) load(ctx context.Context, d uint64) error {
 	// unit loaded), and nothing writes its keys but this store: what the
 	// scan read is the truth.
 	u := &unit{d: d}
+	u.inodes.Store(-1)
 	for _, kv := range kvs {
 		s.kv.ReplaceOrInsert(string(kv.Key), &entry{val: kv.Value, u: u})
 		u.bytes += entryBytes(kv.Key, kv.Value)
