@@ -161,7 +161,9 @@
 // depth (in the root: always remote); a remote one goes to the server AT's
 // weighted round robin picks, as a new root of the too-deep region whose
 // id range is carved into a table of its own (split off, served here for
-// the mkdir, then moved). Files always stay with their directory.
+// the mkdir, then moved). Files always stay with their directory. Since
+// every table renews a lease in the directory once a second, placement
+// stops going remote once the members serve 32 tables each on average.
 //
 // # Snapshots
 //

@@ -34,6 +34,8 @@ type memberLoad struct {
 	inodes, bytes, creates float64
 	// ops per second recently (all operations; placement uses creates).
 	ops float64
+	// tables it serves (of every file system).
+	tables int
 }
 
 // placementConfig holds the heuristics' constants.

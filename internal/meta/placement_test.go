@@ -3,6 +3,8 @@ package meta
 import (
 	"math"
 	"testing"
+
+	"github.com/arbor-storage/arbor/internal/fs"
 )
 
 // TestPlacementAlone: a single member keeps everything.
@@ -82,5 +84,17 @@ func TestRoundRobinFollowsTargets(t *testing.T) {
 	}
 	if n[2] != 750 || n[3] != 250 {
 		t.Fatalf("picks %v, want 750 and 250", n)
+	}
+}
+
+// TestPlacementTableCap: once the members serve maxTablesPerMember tables
+// each on average, new directories stay with their parent whatever RP
+// says.
+func TestPlacementTableCap(t *testing.T) {
+	s := &Server{cfg: Config{Node: 1}}
+	s.place.tables = placementTables{self: 1, rp: [categories]float64{1, 1, 1, 1}, at: map[uint64]float64{2: 1}}
+	s.place.members = []memberLoad{{node: 1, tables: maxTablesPerMember + 1}, {node: 2, tables: maxTablesPerMember - 1}}
+	if to, ok := s.placeRemote(nil, fs.RootHandle); ok {
+		t.Fatalf("a directory went to member %d with %d tables served", to, 2*maxTablesPerMember)
 	}
 }
