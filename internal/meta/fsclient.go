@@ -34,6 +34,11 @@ type FSClient struct {
 	opensMu sync.Mutex
 	opens   map[fs.Handle]bool
 	synced  map[uint64]uint64
+	// syncing counts SyncOpens in flight, syncsDone those finished: an
+	// open answered while one was under way may be missing from what it
+	// told a new owner (heldOpen tells it again).
+	syncing   int
+	syncsDone uint64
 	// sessionReady is closed once the session's record is written: no
 	// request goes out before (a server waits for the opens of the
 	// sessions it knows of).
@@ -231,14 +236,56 @@ func (m *FSClient) syncOpens(ctx context.Context, rt route, cl pb.MetaClient) {
 			req.Handles = append(req.Handles, handleToPB(h))
 		}
 	}
+	m.syncing++
 	m.opensMu.Unlock()
 	resp, err := cl.SyncOpens(ctx, req)
+	m.opensMu.Lock()
+	defer m.opensMu.Unlock()
+	m.syncing--
+	m.syncsDone++
 	if err != nil || resp.GetError() != nil {
 		return
 	}
-	m.opensMu.Lock()
 	m.synced[rt.table] = max(m.synced[rt.table], rt.epoch)
+}
+
+// syncMark is taken before an open is sent (heldOpen).
+func (m *FSClient) syncMark() uint64 {
+	m.opensMu.Lock()
+	defer m.opensMu.Unlock()
+	return m.syncsDone
+}
+
+// heldOpen records that the session holds hd open, its open sent after
+// syncMark returned mark. A SyncOpens that ran meanwhile (a table moved:
+// the open's own route, or the background watch) read the session's opens
+// without hd and may have told hd's new owner the session holds nothing
+// there, while the open was served by the old one. Then the owner is told
+// again before the open returns: it must not reclaim hd once its last
+// name goes.
+func (m *FSClient) heldOpen(ctx context.Context, hd fs.Handle, mark uint64) {
+	m.opensMu.Lock()
+	m.opens[hd] = true
+	raced := m.syncsDone != mark || m.syncing > 0
 	m.opensMu.Unlock()
+	if !raced || m.snap != 0 {
+		return
+	}
+	rts, err := m.c.routes(ctx, m.f)
+	if err != nil {
+		return // the table's synced epoch stays; the watch tells it within openCheck
+	}
+	for _, rt := range rts {
+		if !rt.r.Contains(hd.D) || rt.owner == 0 {
+			continue
+		}
+		m.opensMu.Lock()
+		delete(m.synced, rt.table)
+		m.opensMu.Unlock()
+		if cl, err := m.c.peers.client(ctx, rt.owner); err == nil {
+			m.syncOpens(ctx, rt, cl)
+		}
+	}
 }
 
 // opened records whether the session holds hd open.
@@ -305,10 +352,11 @@ func (m *FSClient) create(ctx context.Context, req *pb.CreateRequest) (fs.Attr, 
 
 // Create implements fsclient.Metadata.
 func (m *FSClient) Create(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred, open bool) (fs.Attr, error) {
+	mark := m.syncMark()
 	a, err := m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_FILE, Dir: handleToPB(dir), Name: name, Mode: mode,
 		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}, Open: open})
 	if err == nil && open {
-		m.opened(a.Handle, true)
+		m.heldOpen(ctx, a.Handle, mark)
 	}
 	return a, err
 }
@@ -467,11 +515,12 @@ func (m *FSClient) RemoveXattr(ctx context.Context, h fs.Handle, name string) er
 
 // Open implements fsclient.Metadata.
 func (m *FSClient) Open(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
+	mark := m.syncMark()
 	a, err := m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.Open(ctx, &pb.OpenRequest{Header: h, Handle: handleToPB(hd)})
 	})
 	if err == nil && !a.IsDir() {
-		m.opened(hd, true)
+		m.heldOpen(ctx, hd, mark)
 	}
 	return a, err
 }

@@ -188,7 +188,7 @@ func (s *Server) splitTable(ctx context.Context, id, at uint64) (*dpb.Delegation
 		resume()
 		return nil, 0, fmt.Errorf("split table %d: %w", id, err)
 	}
-	st.st.forget(id)
+	st.st.forget(id, at)
 	st.st.dropUnit(at)
 	s.leaseMu.Lock()
 	delete(s.leases, id)

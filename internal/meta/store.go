@@ -40,7 +40,7 @@ type store struct {
 	// with tables (publishServedLocked). split are tables forgotten by a
 	// split, whose parts keep their since.
 	served atomic.Pointer[[]servedTable]
-	split  []servedTable
+	split  []splitPart
 	// opensMu guards what tells whether the opens of a table are known
 	// here (opensKnown): which sessions told of theirs (SyncOpens) since
 	// the table has been served here, and the live sessions, read from

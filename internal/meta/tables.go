@@ -78,9 +78,14 @@ func (s *store) acquire(ctx context.Context, a assignment) error {
 			since, from = t.since, t.id
 		}
 	}
-	for _, p := range s.split {
-		if p.r.Contains(a.r.Lo) && (p.r.Hi == 0 || (a.r.Hi != 0 && a.r.Hi <= p.r.Hi)) {
-			since, from = p.since, p.id // a part of a table split here
+	// A part of a table split here, acquired right after the split: the
+	// server served its keys all along. Only then: a part that moved away
+	// and comes back (a borrow, a move) has opens this server never saw.
+	for i, p := range s.split {
+		if p.r == a.r && time.Since(p.at) < splitPartFresh {
+			since, from = p.since, p.id
+			s.split = slices.Delete(s.split, i, i+1)
+			break
 		}
 	}
 	s.opensMu.Lock()
@@ -400,17 +405,21 @@ func (s *store) pause(ctx context.Context, id uint64) (resume func(), err error)
 	return resume, nil
 }
 
-// forget removes table id from the tables served here but keeps its
-// cached units: the same server serves its keys on under new tables (a
-// split).
-func (s *store) forget(id uint64) {
+// forget removes table id, just split at directory id at, from the
+// tables served here but keeps its cached units: the same server serves
+// its keys on under the two parts, which it acquires next and which carry
+// over when it began serving the table and who synced their opens
+// (acquire).
+func (s *store) forget(id, at uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range s.tables {
 		if t.id == id {
-			s.split = append(s.split, servedTable{id: t.id, r: t.r, since: t.since})
+			for _, r := range []fs.DRange{{Lo: t.r.Lo, Hi: at}, {Lo: at, Hi: t.r.Hi}} {
+				s.split = append(s.split, splitPart{servedTable: servedTable{id: t.id, r: r, since: t.since}, at: time.Now()})
+			}
 			if len(s.split) > maxSplitMemory {
-				s.split = s.split[1:]
+				s.split = s.split[len(s.split)-maxSplitMemory:]
 			}
 		}
 	}
@@ -419,8 +428,19 @@ func (s *store) forget(id uint64) {
 	s.changed.Broadcast()
 }
 
-// maxSplitMemory bounds the split tables a store remembers.
-const maxSplitMemory = 8
+// maxSplitMemory bounds the parts of split tables a store remembers;
+// splitPartFresh, how long after the split a part may inherit from it.
+const (
+	maxSplitMemory = 16
+	splitPartFresh = 30 * time.Second
+)
+
+// splitPart is one part of a table split here, not acquired yet: its range
+// and the split table's id and serving time.
+type splitPart struct {
+	servedTable
+	at time.Time
+}
 
 // servedTable is a table's range and when the server began serving it.
 type servedTable struct {
