@@ -51,6 +51,10 @@ func checkName(name string) error {
 	return nil
 }
 
+// CheckNewName returns the error creating an entry called name would
+// fail with (EINVAL, ENAMETOOLONG, EEXIST for "." and ".."), or nil.
+func CheckNewName(name string) error { return checkNewName(name) }
+
 // checkNewName checks a name an operation would create.
 func checkNewName(name string) error {
 	if err := checkName(name); err != nil {

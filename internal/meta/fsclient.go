@@ -36,9 +36,12 @@ type FSClient struct {
 	synced  map[uint64]uint64
 	// syncing counts SyncOpens in flight, syncsDone those finished: an
 	// open answered while one was under way may be missing from what it
-	// told a new owner (heldOpen tells it again).
+	// told a new owner (heldOpen tells it again). opensGen grows with every
+	// open added: a sync marks its table told only if none was added
+	// while it ran.
 	syncing   int
 	syncsDone uint64
+	opensGen  uint64
 	// sessionReady is closed once the session's record is written: no
 	// request goes out before (a server waits for the opens of the
 	// sessions it knows of).
@@ -237,13 +240,16 @@ func (m *FSClient) syncOpens(ctx context.Context, rt route, cl pb.MetaClient) {
 		}
 	}
 	m.syncing++
+	gen := m.opensGen
 	m.opensMu.Unlock()
 	resp, err := cl.SyncOpens(ctx, req)
 	m.opensMu.Lock()
 	defer m.opensMu.Unlock()
 	m.syncing--
 	m.syncsDone++
-	if err != nil || resp.GetError() != nil {
+	if err != nil || resp.GetError() != nil || m.opensGen != gen {
+		// A file opened meanwhile may be missing from what was sent: the
+		// table counts as told only once a sync covers every open.
 		return
 	}
 	m.synced[rt.table] = max(m.synced[rt.table], rt.epoch)
@@ -266,6 +272,7 @@ func (m *FSClient) syncMark() uint64 {
 func (m *FSClient) heldOpen(ctx context.Context, hd fs.Handle, mark uint64) {
 	m.opensMu.Lock()
 	m.opens[hd] = true
+	m.opensGen++
 	raced := m.syncsDone != mark || m.syncing > 0
 	m.opensMu.Unlock()
 	if !raced || m.snap != 0 {
@@ -294,6 +301,7 @@ func (m *FSClient) opened(hd fs.Handle, open bool) {
 	defer m.opensMu.Unlock()
 	if open {
 		m.opens[hd] = true
+		m.opensGen++
 	} else {
 		delete(m.opens, hd)
 	}

@@ -104,10 +104,6 @@ type Server struct {
 	leaseMu sync.Mutex
 	leases  map[uint64]*lease
 
-	// regrantMu serializes taking back expired tables during a renewal
-	// round (renewLeases runs renewals in parallel).
-	regrantMu sync.Mutex
-
 	// splits: what the automatic splits remember per table served here.
 	splitMu sync.Mutex
 	splits  map[uint64]*splitState
@@ -501,7 +497,8 @@ func (s *Server) acquire(ctx context.Context, d *dpb.Delegation) error {
 	s.leaseMu.Lock()
 	s.leases[l.table] = l
 	s.leaseMu.Unlock()
-	// Serve only under a lease counted from before the renewal was sent.
+	// Serve only under a lease counted from before the renewal was sent;
+	// one that lapsed already is taken back by the next renewal round.
 	s.renew(ctx, st, l)
 	return nil
 }
@@ -538,7 +535,10 @@ func (s *Server) renewLeases(ctx context.Context) {
 	// One at a time, a renewal round took a directory commit per table:
 	// with hundreds of tables it outlasted the renewal interval and leases
 	// expired. In parallel, the directory's engine syncs them together.
+	// Tables whose lease lapsed are taken back after, one at a time.
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var lapsed []*lease
 	sem := make(chan struct{}, renewParallelism)
 	for _, l := range ls {
 		s.mu.Lock()
@@ -550,10 +550,17 @@ func (s *Server) renewLeases(ctx context.Context) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			s.renew(ctx, st, l)
+			if s.renew(ctx, st, l) {
+				mu.Lock()
+				lapsed = append(lapsed, l)
+				mu.Unlock()
+			}
 		})
 	}
 	wg.Wait()
+	for _, l := range lapsed {
+		s.retake(ctx, l)
+	}
 }
 
 // renewParallelism bounds the lease renewals a server has in flight.
@@ -562,13 +569,13 @@ const renewParallelism = 32
 // renew extends table l's lease; the table is served until the lease's
 // holder deadline, measured from before the request was sent. A lease
 // the directory refuses (the table moved, expired) stops the serving.
-func (s *Server) renew(ctx context.Context, st *fsState, l *lease) {
+func (s *Server) renew(ctx context.Context, st *fsState, l *lease) (lapsed bool) {
 	sent := time.Now()
 	ms := s.cfg.LeaseDuration.Milliseconds()
 	_, err := s.cfg.Directory.RenewDelegation(ctx, &dpb.RenewDelegationRequest{TableId: l.table, Epoch: l.epoch, OwnerNode: s.cfg.Node, LeaseDurationMs: ms})
 	if err == nil {
 		st.st.setLease(l.table, l.epoch, directory.HolderDeadline(sent, ms))
-		return
+		return false
 	}
 	switch directory.CodeOf(err) {
 	case dpb.ErrorCode_STALE_EPOCH, dpb.ErrorCode_NOT_FOUND:
@@ -580,22 +587,24 @@ func (s *Server) renew(ctx context.Context, st *fsState, l *lease) {
 		s.leaseMu.Unlock()
 		st.st.drop(ctx, l.table)
 	case dpb.ErrorCode_EXPIRED:
-		// Nobody took it yet: take it again, at a new epoch (the old one
-		// was not served past its deadline).
-		s.log.Warn("a table's lease expired before its renewal; taking it again", "table", l.table, "epoch", l.epoch)
-		// Renewals run in parallel; acquisitions, as everywhere else, one
-		// at a time.
-		s.regrantMu.Lock()
-		defer s.regrantMu.Unlock()
-		d, err := s.regrant(ctx, l)
-		if err == nil {
-			err = s.acquire(ctx, d)
-		}
-		if err != nil {
-			s.log.Warn("taking back an expired table", "table", l.table, "err", err)
-		}
+		return true
 	default:
 		s.log.Debug("renewing a table's lease", "table", l.table, "err", err)
+	}
+	return false
+}
+
+// retake takes back a table whose lease expired before its renewal and
+// that nobody took yet, at a new epoch (the old one was not served past
+// its deadline). Callers hold servingMu.
+func (s *Server) retake(ctx context.Context, l *lease) {
+	s.log.Warn("a table's lease expired before its renewal; taking it again", "table", l.table, "epoch", l.epoch)
+	d, err := s.regrant(ctx, l)
+	if err == nil {
+		err = s.acquire(ctx, d)
+	}
+	if err != nil {
+		s.log.Warn("taking back an expired table", "table", l.table, "err", err)
 	}
 }
 

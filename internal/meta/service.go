@@ -250,7 +250,7 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 // placement, which carves and moves a table, is not made for a mkdir that
 // fails: bad input changes nothing.
 func mkdirCanSucceed(ctx context.Context, f *fs.FS, dir fs.Handle, name string) bool {
-	if name == "" || name == "." || name == ".." {
+	if fs.CheckNewName(name) != nil {
 		return false
 	}
 	if a, err := f.GetAttr(ctx, dir); err != nil || !a.IsDir() {

@@ -71,11 +71,13 @@ func (s *store) acquire(ctx context.Context, a assignment) error {
 			return fmt.Errorf("meta: table %d %v overlaps table %d %v served here", a.id, a.r, t.id, t.r)
 		}
 	}
-	since, from := time.Now(), uint64(0) // from: the table whose synced sessions carry over
+	since, synced := time.Now(), map[uint64]bool{} // the sessions whose opens are known already
 	for _, t := range s.tables {
 		if t.id == a.id && t.r == a.r && a.epoch == t.epoch+1 {
 			// Served here all along (taken again after its lease lapsed).
-			since, from = t.since, t.id
+			s.opensMu.Lock()
+			since, synced = t.since, maps.Clone(s.synced[t.id])
+			s.opensMu.Unlock()
 		}
 	}
 	// A part of a table split here, acquired right after the split: the
@@ -83,20 +85,19 @@ func (s *store) acquire(ctx context.Context, a assignment) error {
 	// and comes back (a borrow, a move) has opens this server never saw.
 	for i, p := range s.split {
 		if p.r == a.r && time.Since(p.at) < splitPartFresh {
-			since, from = p.since, p.id
+			since, synced = p.since, p.synced
 			s.split = slices.Delete(s.split, i, i+1)
 			break
 		}
+	}
+	if synced == nil {
+		synced = map[uint64]bool{}
 	}
 	s.opensMu.Lock()
 	if s.synced == nil {
 		s.synced = map[uint64]map[uint64]bool{}
 	}
-	if from == 0 {
-		s.synced[a.id] = map[uint64]bool{}
-	} else {
-		s.synced[a.id] = maps.Clone(s.synced[from])
-	}
+	s.synced[a.id] = synced
 	s.opensMu.Unlock()
 	s.tables = slices.DeleteFunc(s.tables, func(t *table) bool { return t.id == a.id })
 	t := &table{id: a.id, r: a.r, epoch: a.epoch, hdr: *h, serving: true, since: since}
@@ -415,8 +416,13 @@ func (s *store) forget(id, at uint64) {
 	defer s.mu.Unlock()
 	for _, t := range s.tables {
 		if t.id == id {
+			// The sessions synced before the split, not those that sync to
+			// one part (the left keeps the id) before the other is acquired.
+			s.opensMu.Lock()
+			synced := maps.Clone(s.synced[id])
+			s.opensMu.Unlock()
 			for _, r := range []fs.DRange{{Lo: t.r.Lo, Hi: at}, {Lo: at, Hi: t.r.Hi}} {
-				s.split = append(s.split, splitPart{servedTable: servedTable{id: t.id, r: r, since: t.since}, at: time.Now()})
+				s.split = append(s.split, splitPart{servedTable: servedTable{id: t.id, r: r, since: t.since}, at: time.Now(), synced: maps.Clone(synced)})
 			}
 			if len(s.split) > maxSplitMemory {
 				s.split = s.split[len(s.split)-maxSplitMemory:]
@@ -439,7 +445,8 @@ const (
 // and the split table's id and serving time.
 type splitPart struct {
 	servedTable
-	at time.Time
+	at     time.Time
+	synced map[uint64]bool // the sessions synced to the split table
 }
 
 // servedTable is a table's range and when the server began serving it.
