@@ -65,7 +65,7 @@ clean:
 BENCH ?= .
 bench: build
 	bash scripts/install-deps.sh --bench
-	ARBOR_BINARY=$(CURDIR)/bin/arbor $(GO) test ./bench/ -run '^$$' -bench '$(BENCH)' -benchtime 3s -count 1 -timeout 60m
+	ARBOR_BINARY=$(CURDIR)/bin/arbor $(GO) test ./bench/ -run '^$$' -bench '$(BENCH)' -benchtime 3s -count 1 -timeout 180m
 
 # Full-size runs that `make test` does small: the tract store's cluster
 # tests (a 1 GiB blob put and got back, kill -9 recovery, growth and
