@@ -12,8 +12,8 @@ import (
 // owns; one that holds more than SplitPolicy.Inodes inodes (as cached) or
 // served more than SplitPolicy.OpsPerSecond for SplitPolicy.Sustain checks
 // in a row is split where its loaded directories' keys halve (splitPoint),
-// and the right part is moved to the live metadata server with the least
-// recent creates, if that server is quieter than this one. A table is not
+// and the right part is moved to the live metadata server with the fewest
+// recent operations, if it has under half of this one's. A table is not
 // split again within SplitPolicy.Cooldown, nor when it holds fewer than
 // two directories (a single hot directory cannot be cut: its keys share
 // one directory id).
@@ -113,7 +113,8 @@ func (s *Server) autoSplit(ctx context.Context) {
 }
 
 // quietestPeer returns the live metadata server with the fewest recent
-// creates, if it has fewer than half of this server's (0: none).
+// operations per second, if it has fewer than half of this server's (0:
+// none).
 func (s *Server) quietestPeer() uint64 {
 	s.place.mu.Lock()
 	defer s.place.mu.Unlock()
@@ -121,10 +122,10 @@ func (s *Server) quietestPeer() uint64 {
 	best, bestLoad := uint64(0), 0.0
 	for _, m := range s.place.members {
 		if m.node == s.cfg.Node {
-			self = m.creates + m.ops
+			self = m.ops
 			continue
 		}
-		if load := m.creates + m.ops; best == 0 || load < bestLoad {
+		if load := m.ops; best == 0 || load < bestLoad {
 			best, bestLoad = m.node, load
 		}
 	}
