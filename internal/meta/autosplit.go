@@ -52,13 +52,11 @@ func (s *Server) autoSplit(ctx context.Context) {
 	now := time.Now()
 	for _, st := range s.fsStates() {
 		for _, t := range st.st.owned() {
-			s.splitMu.Lock()
 			ss := s.splits[t.id]
 			if ss == nil {
 				ss = &splitState{}
 				s.splits[t.id] = ss
 			}
-			s.splitMu.Unlock()
 			ops, _ := st.stats.rates(t.id)
 			if p.OpsPerSecond > 0 && ops > p.OpsPerSecond {
 				ss.hot++
@@ -91,9 +89,7 @@ func (s *Server) autoSplit(ctx context.Context) {
 				continue
 			}
 			s.log.Info("split a table on its own", "table", t.id, "fs", st.f, "why", why, "at", fmt.Sprintf("%#x", at), "new_table", right.GetTableId())
-			s.splitMu.Lock()
 			s.splits[right.GetTableId()] = &splitState{notBefore: now.Add(p.Cooldown)}
-			s.splitMu.Unlock()
 			if to := s.quietestPeer(); to != 0 {
 				if _, err := s.moveTable(ctx, right.GetTableId(), to); err != nil {
 					s.log.Warn("moving the new part of a split table", "table", right.GetTableId(), "to", to, "err", err)
@@ -102,13 +98,11 @@ func (s *Server) autoSplit(ctx context.Context) {
 		}
 	}
 	s.leaseMu.Lock()
-	s.splitMu.Lock()
 	for id := range s.splits {
 		if _, ok := s.leases[id]; !ok {
 			delete(s.splits, id)
 		}
 	}
-	s.splitMu.Unlock()
 	s.leaseMu.Unlock()
 }
 

@@ -133,13 +133,16 @@ func (m *FSClient) syncAll() {
 		return
 	}
 	for _, rt := range rts {
-		if rt.owner == 0 {
-			continue
-		}
-		cl, err := m.c.peers.client(ctx, rt.owner)
-		if err != nil {
-			continue
-		}
+		m.syncRoute(ctx, rt)
+	}
+}
+
+// syncRoute runs syncOpens with the owner of table rt, if it has one.
+func (m *FSClient) syncRoute(ctx context.Context, rt route) {
+	if rt.owner == 0 {
+		return
+	}
+	if cl, err := m.c.peers.client(ctx, rt.owner); err == nil {
 		m.syncOpens(ctx, rt, cl)
 	}
 }
@@ -283,15 +286,13 @@ func (m *FSClient) heldOpen(ctx context.Context, hd fs.Handle, mark uint64) {
 		return // the table's synced epoch stays; the watch tells it within openCheck
 	}
 	for _, rt := range rts {
-		if !rt.r.Contains(hd.D) || rt.owner == 0 {
+		if !rt.r.Contains(hd.D) {
 			continue
 		}
 		m.opensMu.Lock()
 		delete(m.synced, rt.table)
 		m.opensMu.Unlock()
-		if cl, err := m.c.peers.client(ctx, rt.owner); err == nil {
-			m.syncOpens(ctx, rt, cl)
-		}
+		m.syncRoute(ctx, rt)
 	}
 }
 
@@ -371,23 +372,20 @@ func (m *FSClient) Create(ctx context.Context, dir fs.Handle, name string, mode 
 
 // Mknod implements fsclient.Metadata.
 func (m *FSClient) Mknod(ctx context.Context, dir fs.Handle, name string, mode uint32, rdev uint64, cred fs.Cred) (fs.Attr, error) {
-	a, err := m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_NODE, Dir: handleToPB(dir), Name: name, Mode: mode, Rdev: rdev,
+	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_NODE, Dir: handleToPB(dir), Name: name, Mode: mode, Rdev: rdev,
 		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}})
-	return a, err
 }
 
 // Mkdir implements fsclient.Metadata.
 func (m *FSClient) Mkdir(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, error) {
-	a, err := m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_DIRECTORY, Dir: handleToPB(dir), Name: name, Mode: mode,
+	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_DIRECTORY, Dir: handleToPB(dir), Name: name, Mode: mode,
 		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}})
-	return a, err
 }
 
 // Symlink implements fsclient.Metadata.
 func (m *FSClient) Symlink(ctx context.Context, dir fs.Handle, name, target string, cred fs.Cred) (fs.Attr, error) {
-	a, err := m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_SYMLINK, Dir: handleToPB(dir), Name: name, Target: target,
+	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_SYMLINK, Dir: handleToPB(dir), Name: name, Target: target,
 		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}})
-	return a, err
 }
 
 // Readlink implements fsclient.Metadata.

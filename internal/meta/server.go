@@ -104,9 +104,9 @@ type Server struct {
 	leaseMu sync.Mutex
 	leases  map[uint64]*lease
 
-	// splits: what the automatic splits remember per table served here.
-	splitMu sync.Mutex
-	splits  map[uint64]*splitState
+	// splits: what the automatic splits remember per table served here;
+	// only the automatic splits' loop touches it.
+	splits map[uint64]*splitState
 	// servingMu serializes what changes the tables served here: following
 	// the map, renewing (and taking back) leases, moves and splits. Without
 	// it, a map read during a split would drop the parts the split just

@@ -221,11 +221,20 @@ func (t *table) live() bool { return t.serving && time.Now().Before(t.leaseUntil
 func (s *store) setLease(id, epoch uint64, deadline time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if t := s.tableAtLocked(id, epoch); t != nil {
+		t.leaseUntil = deadline
+	}
+}
+
+// tableAtLocked returns table id if it is served here at epoch. Callers
+// hold mu.
+func (s *store) tableAtLocked(id, epoch uint64) *table {
 	for _, t := range s.tables {
 		if t.id == id && t.epoch == epoch {
-			t.leaseUntil = deadline
+			return t
 		}
 	}
+	return nil
 }
 
 // tableOf returns the owned table holding directory id d. Callers hold mu.

@@ -273,12 +273,7 @@ func (s *store) opensKnown(h fs.Handle) bool {
 func (s *store) has(id, epoch uint64) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, t := range s.tables {
-		if t.id == id && t.epoch == epoch {
-			return true
-		}
-	}
-	return false
+	return s.tableAtLocked(id, epoch) != nil
 }
 
 // setLive records the live sessions, read from their records at at.
@@ -302,15 +297,13 @@ func (s *store) addLive(session uint64) {
 func (s *store) syncedOpens(id, epoch, session uint64) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, t := range s.tables {
-		if t.id == id && t.epoch == epoch && t.live() {
-			s.opensMu.Lock()
-			s.synced[id][session] = true
-			s.opensMu.Unlock()
-			return true
-		}
+	if t := s.tableAtLocked(id, epoch); t == nil || !t.live() {
+		return false
 	}
-	return false
+	s.opensMu.Lock()
+	s.synced[id][session] = true
+	s.opensMu.Unlock()
+	return true
 }
 
 // serves reports whether directory id d's table is served here, and
