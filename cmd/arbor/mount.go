@@ -29,6 +29,9 @@ type mounted struct {
 type mountOptions struct {
 	fsName, snapshot, dir string
 	allowOther, debug     bool
+	// durable: metadata changes are answered once durable (no early
+	// answers).
+	durable bool
 	// create makes the file system if it does not exist (arbor dev).
 	create bool
 }
@@ -42,7 +45,8 @@ func mountFS(ctx context.Context, target clusterTarget, opts mountOptions, logge
 	if err := prepareMountPoint(opts.dir); err != nil {
 		return nil, err
 	}
-	c, err := dialCluster(target, logger)
+	c, err := client.Dial(client.Options{Addrs: target.Addrs, ClusterID: target.ClusterID, Logger: logger,
+		DurableMetadata: opts.durable || os.Getenv("ARBOR_DURABLE_METADATA") != ""})
 	if err != nil {
 		return nil, err
 	}
@@ -196,6 +200,7 @@ wrote and closed, another sees when it opens the file afterwards.`,
 	cf.register(cmd)
 	cmd.Flags().StringVar(&opts.snapshot, "snapshot", "", "mount this snapshot, read only")
 	cmd.Flags().BoolVar(&opts.allowOther, "allow-other", os.Geteuid() == 0, "let other users use the mount (default when run as root)")
+	cmd.Flags().BoolVar(&opts.durable, "durable", false, "answer every metadata change only once it is durable (no early answers; also $ARBOR_DURABLE_METADATA)")
 	cmd.Flags().BoolVar(&opts.debug, "fuse-debug", false, "log every FUSE request")
 	return cmd
 }

@@ -90,6 +90,10 @@ type Options struct {
 	// DialOptions, if set, replace DialOptions(ClusterID).
 	DialOptions []grpc.DialOption
 	Logger      *slog.Logger
+	// DurableMetadata makes every metadata change answered only once it is
+	// durable (no early answers to replay: internal/meta doc.go, Early
+	// replies).
+	DurableMetadata bool
 }
 
 // Cluster is a connection to a cluster. It is safe for concurrent use.
@@ -124,7 +128,7 @@ func Dial(opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("client: connect to the directory: %w", err)
 	}
 	c := &Cluster{opts: opts, log: opts.Logger, dir: dir, conns: map[string]*grpc.ClientConn{}}
-	c.meta, err = meta.NewClient(meta.ClientConfig{Directory: dir, Dial: c.conn, Logger: opts.Logger})
+	c.meta, err = meta.NewClient(meta.ClientConfig{Directory: dir, Dial: c.conn, Logger: opts.Logger, Durable: opts.DurableMetadata})
 	if err != nil {
 		dir.Close()
 		return nil, err

@@ -55,7 +55,7 @@ func (f *FS) SetAttr(ctx context.Context, h Handle, in SetAttrIn) (Attr, error) 
 		if err != nil {
 			return err
 		}
-		now := f.now().UnixNano()
+		now := f.opNow(ctx).UnixNano()
 		if in.Valid&SetMode != 0 {
 			n.Mode = n.Mode&sIFMT | in.Mode&permBits
 		}
@@ -178,7 +178,7 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 			if size < in.Size && in.Size > cut {
 				in.TrimFrom = cut + 1
 			}
-			now := f.now().UnixNano()
+			now := f.opNow(ctx).UnixNano()
 			in.Size = size
 			in.Mtime, in.Ctime = now, now
 			in.DataGen++
@@ -287,7 +287,7 @@ func (f *FS) trim(ctx context.Context, h Handle) error {
 		if err != nil {
 			return err
 		}
-		f.freeTracts(ctx, frees)
+		f.afterDurable(ctx, func(ctx context.Context) { f.freeTracts(ctx, frees) })
 	}
 }
 

@@ -407,7 +407,7 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 	if err != nil {
 		return BlocksCommitted{}, err
 	}
-	f.freeTracts(ctx, frees)
+	f.afterDurable(ctx, func(ctx context.Context) { f.freeTracts(ctx, frees) })
 	return out, nil
 }
 

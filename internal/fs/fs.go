@@ -418,6 +418,10 @@ func (f *FS) update(ctx context.Context, fn func(w *wtx) error) error {
 			if err := fn(w); err != nil {
 				return err
 			}
+			if len(drawn) > 0 {
+				// A replay would draw other ids: answer once durable.
+				requireDurable(tx)
+			}
 			if w.sbDirty {
 				return tx.Put(f.keys.superblock(), w.sb.encode())
 			}

@@ -334,7 +334,10 @@ func (f *FS) mknode(ctx context.Context, dir Handle, name string, obj newObject)
 			return errf(syscall.EMLINK, "directory %v has %d links", dir, parent.Nlink)
 		}
 		var h Handle
+		want, replay := wantOf(ctx)
 		switch {
+		case replay:
+			h, err = f.allocWanted(w, dir, parent, isDir, want.Handle)
 		case obj.d != 0:
 			h = Handle{D: obj.d}
 			if cur, _, err := w.current(k.inode(h)); err != nil {
@@ -350,7 +353,7 @@ func (f *FS) mknode(ctx context.Context, dir Handle, name string, obj newObject)
 		if err != nil {
 			return err
 		}
-		now := f.now().UnixNano()
+		now := f.opNow(ctx).UnixNano()
 		n := &inode{Mode: obj.mode, Uid: obj.cred.Uid, Gid: obj.cred.Gid, Nlink: 1, Rdev: obj.rdev,
 			Atime: now, Mtime: now, Ctime: now, Btime: now}
 		if parent.Mode&syscall.S_ISGID != 0 {
@@ -366,6 +369,9 @@ func (f *FS) mknode(ctx context.Context, dir Handle, name string, obj newObject)
 			parent.Nlink++
 		case sIFREG:
 			n.Blob = newGUID(f.cfg.Number)
+			if replay && !want.Blob.IsZero() {
+				n.Blob = want.Blob
+			}
 		case sIFLNK:
 			n.Size = uint64(len(obj.target))
 			if len(obj.target) <= maxInlineSymlinkBytes {
@@ -394,6 +400,36 @@ func (f *FS) mknode(ctx context.Context, dir Handle, name string, obj newObject)
 		return nil
 	})
 	return a, err
+}
+
+// allocWanted takes, for a replayed create, the handle its first run
+// gave: the next id of the parent's counter then, but operations of the
+// session still in flight (their answers lost with the server) may have
+// taken lower ones first, so the handle is taken if it is one the parent
+// could give and nothing holds it, and the counter moves past it.
+func (f *FS) allocWanted(w *wtx, dir Handle, parent *inode, isDir bool, h Handle) (Handle, error) {
+	diverged := func(why string) (Handle, error) {
+		return Handle{}, errf(syscall.EIO, "replayed create of %v in %v: %s", h, dir, why)
+	}
+	if cur, _, err := w.current(f.keys.inode(h)); err != nil {
+		return Handle{}, err
+	} else if cur.Found {
+		return diverged("the handle is taken")
+	}
+	if isDir {
+		lv := f.layout.level(dir.D)
+		v := f.layout.slot(h.D, lv+1)
+		if d, ok := f.layout.childDir(dir.D, v); h.C != 0 || !ok || d != h.D {
+			return diverged("not a child id of the directory")
+		}
+		parent.NextChild = max(parent.NextChild, v+1)
+		return h, nil
+	}
+	if h.D != parent.FileD || h.C == 0 || h.C >= f.layout.fileLimit(h.D) {
+		return diverged("not a file id of the directory")
+	}
+	parent.NextC = max(parent.NextC, h.C+1)
+	return h, nil
 }
 
 // allocDir assigns a new directory's id under parent dir (layout.go).
@@ -607,7 +643,7 @@ func (f *FS) Link(ctx context.Context, h Handle, dir Handle, newName string) (At
 		if n.Nlink >= maxLinks {
 			return errf(syscall.EMLINK, "object %v has %d links", h, n.Nlink)
 		}
-		now := f.now().UnixNano()
+		now := f.opNow(ctx).UnixNano()
 		n.Nlink++
 		n.Ctime = now
 		if err := w.setInode(k, h, tcur, n); err != nil {
@@ -745,7 +781,7 @@ func (f *FS) remove(ctx context.Context, dir Handle, name string, wantDir bool) 
 		if isDir && n.Entries > 0 {
 			return errf(syscall.ENOTEMPTY, "directory %q has %d entries", name, n.Entries)
 		}
-		now := f.now().UnixNano()
+		now := f.opNow(ctx).UnixNano()
 		if err := w.removeEntry(k, dir, name, ecur, x); err != nil {
 			return err
 		}
@@ -851,7 +887,7 @@ func (f *FS) Rename(ctx context.Context, srcDir Handle, srcName string, dstDir H
 				return errf(syscall.ENOTEMPTY, "directory %q has %d entries", dstName, target.Entries)
 			}
 		}
-		now := f.now().UnixNano()
+		now := f.opNow(ctx).UnixNano()
 		// Names: the source goes; the destination points at the moved
 		// object, with the replaced entry's cookie or a new one.
 		if err := w.removeEntry(k, srcDir, srcName, secur, se); err != nil {
@@ -936,7 +972,7 @@ func (f *FS) exchange(ctx context.Context, srcDir Handle, srcName string, dstDir
 		if se.H == de.H || (srcDir == dstDir && srcName == dstName) {
 			return nil
 		}
-		now := f.now().UnixNano()
+		now := f.opNow(ctx).UnixNano()
 		if srcDir != dstDir {
 			var moves []dirMove
 			if se.Type == sIFDIR {

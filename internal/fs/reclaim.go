@@ -16,7 +16,10 @@ import (
 // reclaimed now, or at its last close if a session holds it open.
 func (f *FS) orphaned(ctx context.Context, h Handle) {
 	held := f.opens.markUnlinked(h) // reclaimed at its last close
-	if !f.opensKnown(h) {
+	if !f.opensKnown(h) || isEarly(ctx) {
+		// Early: the unlink may not be durable yet, and freeing the
+		// tracts cannot be undone; the background reclaim's transactions
+		// are durable before it frees anything.
 		if !held {
 			f.deferReclaim(h)
 		}

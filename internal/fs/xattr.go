@@ -108,7 +108,7 @@ func (f *FS) SetXattr(ctx context.Context, h Handle, name string, value []byte, 
 			}
 			n.Xattrs++
 		}
-		n.Ctime = f.now().UnixNano()
+		n.Ctime = f.opNow(ctx).UnixNano()
 		if err := w.put(key, cur, value); err != nil {
 			return err
 		}
@@ -138,7 +138,7 @@ func (f *FS) RemoveXattr(ctx context.Context, h Handle, name string) error {
 			return fmt.Errorf("%w: object %v counts no attributes but has %q", errCorrupt, h, name)
 		}
 		n.Xattrs--
-		n.Ctime = f.now().UnixNano()
+		n.Ctime = f.opNow(ctx).UnixNano()
 		if err := w.del(key, cur); err != nil {
 			return err
 		}

@@ -240,11 +240,33 @@ func (f *FS) Flush(ctx context.Context, h fs.Handle) error {
 	return f.flushLocked(ctx, st)
 }
 
-// Fsync is Flush: data is durable once the stores acknowledged it.
-func (f *FS) Fsync(ctx context.Context, h fs.Handle) error { return f.Flush(ctx, h) }
+// Fsync flushes h's buffered writes and waits until every metadata change
+// this client was answered early is durable (Syncer): the data is durable
+// once the tract store acknowledged it.
+func (f *FS) Fsync(ctx context.Context, h fs.Handle) error {
+	if err := f.Flush(ctx, h); err != nil {
+		return err
+	}
+	return f.SyncMetadata(ctx)
+}
 
-// SyncAll flushes every file's buffered writes.
-func (f *FS) SyncAll(ctx context.Context) error { return f.syncAll(ctx, false) }
+// SyncMetadata waits until every metadata change this client was
+// answered early is durable (fsyncdir, syncfs).
+func (f *FS) SyncMetadata(ctx context.Context) error {
+	if s, ok := f.md.(Syncer); ok {
+		return s.Sync(ctx)
+	}
+	return nil
+}
+
+// SyncAll flushes every file's buffered writes and waits for the
+// metadata (syncfs).
+func (f *FS) SyncAll(ctx context.Context) error {
+	if err := f.syncAll(ctx, false); err != nil {
+		return err
+	}
+	return f.SyncMetadata(ctx)
+}
 
 // syncAll flushes every file; with dropStale, a file another client
 // removed meanwhile is not an error (its data is gone, as it would be had

@@ -130,7 +130,7 @@ func (f *FS) Close(ctx context.Context) error {
 		return nil
 	}
 	f.closed = true
-	return f.syncAll(ctx, true)
+	return errors.Join(f.syncAll(ctx, true), f.SyncMetadata(ctx))
 }
 
 // Snapshot returns the snapshot the FS reads (0: the live file system).

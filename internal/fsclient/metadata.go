@@ -48,6 +48,13 @@ type Metadata interface {
 	CommitBlocks(ctx context.Context, h fs.Handle, blob fs.GUID, blocks []fs.NewBlock, size uint64, mtime int64) (fs.BlocksCommitted, error)
 }
 
+// Syncer is implemented by a Metadata whose server may answer a change
+// before it is durable (internal/meta's early replies): Sync waits until
+// every change answered so far is durable.
+type Syncer interface {
+	Sync(ctx context.Context) error
+}
+
 // Local is Metadata over a file system run in this process, for one
 // session: tests, and tools that run a file system themselves.
 type Local struct {

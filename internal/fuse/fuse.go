@@ -673,7 +673,16 @@ var (
 	_ gofs.FileReaddirenter = (*dirHandle)(nil)
 	_ gofs.FileSeekdirer    = (*dirHandle)(nil)
 	_ gofs.FileLookuper     = (*dirHandle)(nil)
+	_ gofs.FileFsyncdirer   = (*dirHandle)(nil)
 )
+
+// Fsyncdir implements FileFsyncdirer: every metadata change this mount
+// was answered early becomes durable (fsclient.FS.SyncMetadata).
+func (d *dirHandle) Fsyncdir(ctx context.Context, _ uint32) syscall.Errno {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
+	return d.n.r.errno("fsyncdir", d.n.r.fsys.SyncMetadata(ctx))
+}
 
 // Lookup implements FileLookuper: READDIRPLUS asks for the entry just
 // listed, whose attributes came with the listing.

@@ -29,6 +29,8 @@ type Client struct {
 	dir   Directory
 	peers peers
 	log   *slog.Logger
+	// durable: sessions ask for durable answers only (no early replies).
+	durable bool
 
 	mu   sync.Mutex
 	maps map[uint64]*fsMap
@@ -40,6 +42,9 @@ type ClientConfig struct {
 	// Dial connects to a metadata server's address.
 	Dial   func(addr string) (grpc.ClientConnInterface, error)
 	Logger *slog.Logger
+	// Durable makes every mutation answered once durable: no early
+	// replies, nothing to replay (doc.go, Early replies).
+	Durable bool
 }
 
 // fsMap is the cached delegation map of one file system.
@@ -68,7 +73,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Client{dir: cfg.Directory, peers: peers{dir: cfg.Directory, dial: cfg.Dial}, log: cfg.Logger, maps: map[uint64]*fsMap{}}, nil
+	return &Client{dir: cfg.Directory, peers: peers{dir: cfg.Directory, dial: cfg.Dial}, log: cfg.Logger, maps: map[uint64]*fsMap{}, durable: cfg.Durable}, nil
 }
 
 // owner returns the route to directory id d of file system f: its table

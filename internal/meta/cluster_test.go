@@ -41,6 +41,9 @@ type testCluster struct {
 	client  *Client
 	lease   time.Duration
 	split   SplitPolicy // zero: the default
+	// slow, if set, is the page store the servers' trees use (it delays
+	// commits while armed).
+	slow *slowPages
 }
 
 type testServer struct {
@@ -89,7 +92,7 @@ func (c *testCluster) start(id uint64) {
 	ts := &testServer{id: id, addr: lis.Addr().String()}
 	ts.node = c.dir.Register(id, ts.addr, RoleMeta)
 	srv, err := NewServer(Config{Node: id, NodeEpoch: ts.node.Epoch, Directory: c.dir.Client(),
-		Tree: newTree(c.t, c.pages, c.root, 64<<20), Data: c.data, Dial: dialTest, Logger: c.log.With("node", id),
+		Tree: newTree(c.t, c.pageStore(), c.root, 64<<20), Data: c.data, Dial: dialTest, Logger: c.log.With("node", id),
 		LeaseDuration: c.lease, Split: c.split, PollInterval: 50 * time.Millisecond, ReclaimInterval: time.Second})
 	if err != nil {
 		c.t.Fatal(err)
@@ -105,6 +108,13 @@ func (c *testCluster) start(id uint64) {
 	c.t.Cleanup(func() { c.kill(id) })
 }
 
+func (c *testCluster) pageStore() btree.PageStore {
+	if c.slow != nil {
+		return c.slow
+	}
+	return c.pages
+}
+
 // kill stops server id at once: no more answers, no more heartbeats or
 // lease renewals (its tables move when their leases run out).
 func (c *testCluster) kill(id uint64) {
@@ -117,7 +127,7 @@ func (c *testCluster) kill(id uint64) {
 	}
 	ts.grpc.Stop()
 	ts.node.Stop()
-	ts.srv.Stop()
+	ts.srv.crash()
 }
 
 // owner returns the owner of file system f's table of directory id d.
@@ -144,6 +154,7 @@ type clusterFS struct {
 	f       uint64
 	session uint64
 	main    *fsclient.FS
+	mainMD  *FSClient
 }
 
 func (c *testCluster) newFS(name string) *clusterFS {
@@ -155,11 +166,16 @@ func (c *testCluster) newFS(name string) *clusterFS {
 		c.t.Fatal(err)
 	}
 	x := &clusterFS{c: c, f: f}
-	x.main = x.mount(0)
+	x.main, x.mainMD = x.mountMD(0)
 	return x
 }
 
 func (x *clusterFS) mount(snap uint64) *fsclient.FS {
+	fsys, _ := x.mountMD(snap)
+	return fsys
+}
+
+func (x *clusterFS) mountMD(snap uint64) (*fsclient.FS, *FSClient) {
 	x.c.t.Helper()
 	x.session++
 	m := x.c.client.FileSystem(x.f, snap, rand.Uint64()|1)
@@ -173,7 +189,7 @@ func (x *clusterFS) mount(snap uint64) *fsclient.FS {
 		_ = fsys.Close(ctx)
 		_ = m.Close(ctx)
 	})
-	return fsys
+	return fsys, m
 }
 
 func (x *clusterFS) FS() *fsclient.FS { return x.main }
@@ -245,7 +261,7 @@ func TestServersModelOwnerKills(t *testing.T) {
 				c.start(victim)
 			}()
 		}})
-	t.Logf("ops %v; %d objects, %d tracts; %d owner kills", rep.Ops, rep.Objects, rep.Tracts, kills)
+	t.Logf("ops %v; %d objects, %d tracts; %d owner kills; journal %+v", rep.Ops, rep.Objects, rep.Tracts, kills, x.mainMD.JournalStats())
 	if kills == 0 {
 		t.Fatal("no owner was killed")
 	}
@@ -316,7 +332,7 @@ func TestServersModelMovesSplitsKills(t *testing.T) {
 				}
 			}
 		}})
-	t.Logf("ops %v; %d objects, %d tracts; %d splits, %d moves, %d kills", rep.Ops, rep.Objects, rep.Tracts, splits, moves, kills)
+	t.Logf("ops %v; %d objects, %d tracts; %d splits, %d moves, %d kills; journal %+v", rep.Ops, rep.Objects, rep.Tracts, splits, moves, kills, x.mainMD.JournalStats())
 	if splits == 0 || moves == 0 {
 		t.Fatalf("the run made %d splits and %d moves (split errors: %v)", splits, moves, splitErrs)
 	}

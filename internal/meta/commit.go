@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/fs"
+	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
 )
 
 // Group commit (doc.go, The table store). An operation's writes are
@@ -17,17 +19,29 @@ import (
 // as fit in one MPSC (btree.UpdatePages: 15 leaf pages), and commits them
 // in one B-tree transaction that also checks the header of every table
 // they touch. Entries commit in queue order, so an operation that read
-// another's not-yet-durable write is durable no earlier. If a commit
-// fails (a header changed: the table moved or is being snapshotted; the
-// outcome is unknown; the store is unavailable past the deadline), every
-// pending entry is aborted: its keys' units are forgotten, so the next
-// reader loads what the tree holds, and its operation fails with errRetry.
-// Clients then ask again, and reply records make that safe.
+// another's not-yet-durable write is durable no earlier, and what is
+// durable after a crash is a prefix of the queue.
+//
+// A commit that fails without a verdict (the extent store unavailable
+// past the deadline, an outcome unknown) is tried again: the owner is its
+// tables' only writer, so an unknown outcome is settled by reading the
+// written keys back. Only a commit that cannot happen (a header changed:
+// the table has a new owner, a snapshot froze it; or retries ran out)
+// aborts the queue: every pending entry's units are forgotten, so the next
+// reader loads what the tree holds; an operation still waiting fails with
+// errRetry (its client asks again), and the entries answered early are
+// reported lost (WaitSafe) and their tables gated until their sessions
+// replayed them (doc.go, Early replies).
 
 // pending is an operation's writes, applied to the cache, not yet durable.
 type pending struct {
-	seq    uint64
-	w      uint64 // the write epoch the operation ran at
+	seq uint64
+	// gen is the store's abort count when the entry was applied.
+	gen     uint64
+	w       uint64 // the write epoch the operation ran at
+	session uint64 // the operation's session (0: the server's own)
+	// early: the operation may be answered before the entry is durable.
+	early  bool
 	writes []*bufWrite
 	tables []*table
 	units  []*unit
@@ -46,12 +60,16 @@ func (p *pending) wait(ctx context.Context) error {
 	}
 }
 
-// replyKey is the reply record an operation must write: set in its
-// context by the server (recorded), once per request.
+// replyTag is what the server tells the store of a recorded request, in
+// its context: the reply record the operation's first write transaction
+// writes, and whether it may be answered early. The store sets p to that
+// transaction's entry when it answers before the entry is durable.
 type replyTag struct {
 	key     []byte
 	seq     uint64
 	written bool
+	early   bool
+	p       *pending
 }
 
 type replyTagKey struct{}
@@ -60,27 +78,33 @@ func withReply(ctx context.Context, r *replyTag) context.Context {
 	return context.WithValue(ctx, replyTagKey{}, r)
 }
 
+func replyOf(ctx context.Context) *replyTag {
+	r, _ := ctx.Value(replyTagKey{}).(*replyTag)
+	return r
+}
+
 // addReply adds the operation's reply record to its first write
 // transaction (the one that makes the operation visible: fs operations
-// change what a client sees in their first transaction).
-func (s *store) addReply(ctx context.Context, tx *txn) error {
-	r, _ := ctx.Value(replyTagKey{}).(*replyTag)
+// change what a client sees in their first transaction), and reports
+// whether it did.
+func (s *store) addReply(ctx context.Context, tx *txn) (bool, error) {
+	r := replyOf(ctx)
 	if r == nil || r.written {
-		return nil
+		return false, nil
 	}
 	if err := tx.Put(r.key, (&replyRecord{Seq: r.seq}).encode()); err != nil {
-		return err
+		return false, err
 	}
 	r.written = true
-	return nil
+	return true, nil
 }
 
 // applyLocked applies tx's writes to the cache and queues them. Callers
 // hold mu for writing.
-func (s *store) applyLocked(tx *txn) *pending {
+func (s *store) applyLocked(tx *txn, early bool) *pending {
 	w, _ := s.writeEpochLocked()
 	s.nextSeq++
-	p := &pending{seq: s.nextSeq, w: w, tables: tx.tables, done: make(chan struct{})}
+	p := &pending{seq: s.nextSeq, gen: s.gen, w: w, session: tx.session, early: early, tables: tx.tables, done: make(chan struct{})}
 	for _, k := range tx.order {
 		bw := tx.writes[k]
 		p.writes = append(p.writes, bw)
@@ -114,13 +138,26 @@ func (s *store) applyLocked(tx *txn) *pending {
 	return p
 }
 
+// maxQueued bounds the entries a store has pending: past it, updates wait
+// for the committer (an early answer does not let clients outrun it).
+const maxQueued = 8192
+
+// Commit retries: a batch that fails without a verdict is tried again
+// after commitRetryWait, up to maxCommitTries times (each bounded by
+// Limits.CommitTimeout), then aborted.
+const (
+	maxCommitTries  = 8
+	commitRetryWait = 100 * time.Millisecond
+)
+
 // commitLoop is the committer: it commits the queue's head in batches.
 func (s *store) commitLoop() {
 	defer s.wg.Done()
 	batch := s.lim.BatchEntries
+	tries := 0
 	for {
 		s.mu.Lock()
-		n := min(len(s.queue), batch)
+		n := batchLen(s.queue, batch)
 		todo := slices.Clone(s.queue[:n])
 		s.mu.Unlock()
 		if n == 0 {
@@ -133,17 +170,71 @@ func (s *store) commitLoop() {
 			}
 		}
 		err := s.commit(todo)
+		if errors.Is(err, btree.ErrAmbiguous) {
+			if landed, rerr := s.landed(todo); rerr == nil && landed {
+				err = nil
+			} else if rerr == nil {
+				err = fmt.Errorf("%w: it did not land", errCommitFailed)
+			}
+		}
+		var fenced *errFenced
 		switch {
 		case err == nil:
 			s.finish(todo)
 			batch = min(s.lim.BatchEntries, batch*2)
-		case errors.Is(err, btree.ErrTooManyValues) && len(todo) > 1:
+			tries = 0
+		case (errors.Is(err, btree.ErrTooManyValues) || errors.Is(err, btree.ErrGaveUp)) && len(todo) > 1:
+			// Too many pages, or too many splits for one transaction's
+			// attempts: smaller batches.
 			batch = max(1, len(todo)/2)
-		default:
-			s.log.Warn("a batch commit failed; the pending operations are aborted and will be asked again", "entries", len(todo), "err", err)
+		case errors.As(err, &fenced) || tries+1 >= maxCommitTries || s.stopping():
+			s.log.Warn("a batch commit failed; the pending operations are aborted", "entries", len(todo), "err", err)
 			s.abortAll(err)
 			batch = s.lim.BatchEntries
+			tries = 0
+		default:
+			tries++
+			s.log.Info("a batch commit failed; trying it again", "entries", len(todo), "try", tries, "err", err)
+			select {
+			case <-time.After(s.retryWait << min(tries, 5)):
+			case <-s.stop:
+			}
 		}
+	}
+}
+
+// maxBatchBytes bounds the bytes one batch writes (keys and values): a
+// batch's leaves must fit one MPSC (btree.MaxTxnValues pages), and a
+// batch that fills pages makes the tree split them first, one structural
+// transaction each.
+const maxBatchBytes = 32 << 10
+
+// batchLen is how many entries from the head of queue the next batch
+// takes: at most max, and no more bytes than maxBatchBytes (but one at
+// least).
+func batchLen(queue []*pending, max int) int {
+	n, size := 0, 0
+	for n < len(queue) && n < max {
+		for _, w := range queue[n].writes {
+			size += len(w.key) + len(w.val)
+		}
+		if n > 0 && size > maxBatchBytes {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// errCommitFailed: a commit whose outcome was unknown did not land.
+var errCommitFailed = errors.New("meta: batch commit failed")
+
+func (s *store) stopping() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -162,11 +253,8 @@ func (e *errFenced) Error() string {
 		e.t.id, e.hdr.Epoch, e.hdr.Owner, e.hdr.W, e.hdr.Frozen, e.t.epoch)
 }
 
-// commit writes the entries in one B-tree transaction, conditional on the
-// headers of the tables they touch.
-func (s *store) commit(todo []*pending) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.lim.CommitTimeout)
-	defer cancel()
+// batchTables returns the tables the entries touch.
+func batchTables(todo []*pending) []*table {
 	var tables []*table
 	for _, p := range todo {
 		for _, t := range p.tables {
@@ -175,27 +263,46 @@ func (s *store) commit(todo []*pending) error {
 			}
 		}
 	}
+	return tables
+}
+
+// checkHeader fails with *errFenced unless table t's header in tx names
+// this owner at its epoch, unfrozen, at the write epoch of every entry of
+// todo that touches t.
+func (s *store) checkHeader(tx *btree.Txn, t *table, todo []*pending) error {
+	v, ok, err := tx.Get(headerKey(s.f, t.r.Lo))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &errFenced{t: t}
+	}
+	h, err := decodeHeader(v)
+	if err != nil {
+		return err
+	}
+	if h.Epoch != t.epoch || h.Owner != s.node || h.Frozen != 0 {
+		return &errFenced{t: t, hdr: h}
+	}
+	for _, p := range todo {
+		if slices.Contains(p.tables, t) && p.w != h.W {
+			return &errFenced{t: t, hdr: h}
+		}
+	}
+	return nil
+}
+
+// commit writes the entries in one B-tree transaction, conditional on the
+// headers of the tables they touch.
+func (s *store) commit(todo []*pending) error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.lim.CommitTimeout)
+	defer cancel()
+	tables := batchTables(todo)
 	start := time.Now()
 	err := s.tree.UpdatePages(ctx, func(tx *btree.Txn) error {
 		for _, t := range tables {
-			v, ok, err := tx.Get(headerKey(s.f, t.r.Lo))
-			if err != nil {
+			if err := s.checkHeader(tx, t, todo); err != nil {
 				return err
-			}
-			if !ok {
-				return &errFenced{t: t}
-			}
-			h, err := decodeHeader(v)
-			if err != nil {
-				return err
-			}
-			if h.Epoch != t.epoch || h.Owner != s.node || h.Frozen != 0 {
-				return &errFenced{t: t, hdr: h}
-			}
-			for _, p := range todo {
-				if slices.Contains(p.tables, t) && p.w != h.W {
-					return &errFenced{t: t, hdr: h}
-				}
 			}
 		}
 		for _, p := range todo {
@@ -225,6 +332,50 @@ func (s *store) commit(todo []*pending) error {
 	return err
 }
 
+// landed settles a commit of todo whose outcome is unknown: in a read-only
+// transaction, the headers must still name this owner (else a new owner
+// may have written since: *errFenced) and every key the batch writes must
+// hold what the batch's last write of it says. The owner is the only
+// writer of its tables' keys and the batch commits atomically, so a batch
+// that did not land leaves some key different, unless it wrote nothing
+// new, in which case the state is as if it had landed.
+func (s *store) landed(todo []*pending) (bool, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.lim.CommitTimeout)
+	defer cancel()
+	final := map[string]*bufWrite{}
+	for _, p := range todo {
+		for _, w := range p.writes {
+			final[w.key] = w
+		}
+	}
+	tables := batchTables(todo)
+	same := true
+	err := s.tree.View(ctx, func(tx *btree.Txn) error {
+		same = true
+		for _, t := range tables {
+			if err := s.checkHeader(tx, t, todo); err != nil {
+				return err
+			}
+		}
+		for k, w := range final {
+			v, ok, err := tx.Get([]byte(k))
+			if err != nil {
+				return err
+			}
+			if ok == w.deleted || (ok && !bytes.Equal(v, w.val)) {
+				same = false
+				return nil
+			}
+		}
+		return nil
+	})
+	var fenced *errFenced
+	if errors.As(err, &fenced) {
+		s.fenced(fenced)
+	}
+	return same, err
+}
+
 // finish marks committed entries durable.
 func (s *store) finish(todo []*pending) {
 	s.mu.Lock()
@@ -247,6 +398,7 @@ func (s *store) finish(todo []*pending) {
 		}
 	}
 	s.queue = s.queue[len(todo):]
+	s.durable = todo[len(todo)-1].seq
 	s.m.pending.Add(-int64(len(todo)))
 	s.evictLocked()
 	s.changed.Broadcast()
@@ -257,12 +409,16 @@ func (s *store) finish(todo []*pending) {
 }
 
 // abortAll aborts every pending entry: their units are forgotten (the
-// tree holds what was committed), and their operations fail.
+// tree holds what was committed), and their operations fail. Entries
+// answered early are lost: the store's abort count grows and remembers
+// their range for WaitSafe, and each table they touched that is still
+// served here is gated until their sessions have replayed them.
 func (s *store) abortAll(cause error) {
 	s.mu.Lock()
 	todo := s.queue
 	s.queue = nil
 	seen := map[*unit]bool{}
+	gated := map[*table]map[uint64]bool{}
 	for _, p := range todo {
 		for _, u := range p.units {
 			if !seen[u] {
@@ -273,6 +429,34 @@ func (s *store) abortAll(cause error) {
 				}
 			}
 		}
+		if p.early {
+			for _, t := range p.tables {
+				if gated[t] == nil {
+					gated[t] = map[uint64]bool{}
+				}
+				gated[t][p.session] = true
+			}
+		}
+	}
+	if len(todo) > 0 {
+		s.gen++
+		s.lost = append(s.lost, lostRange{gen: s.gen, from: todo[0].seq, to: todo[len(todo)-1].seq})
+		if len(s.lost) > maxLostRanges {
+			s.lost = s.lost[len(s.lost)-maxLostRanges:]
+		}
+	}
+	for t, sessions := range gated {
+		if !slices.Contains(s.tables, t) {
+			continue // gone to a new owner: it gates them
+		}
+		if t.gateSessions == nil {
+			t.gateSessions = map[uint64]bool{}
+		}
+		for sess := range sessions {
+			t.gateSessions[sess] = true
+		}
+		t.gateUntil = time.Now().Add(gateTimeout)
+		s.log.Warn("a table's early answers were lost; holding it until their sessions replay them", "table", t.id, "sessions", len(t.gateSessions))
 	}
 	s.m.pending.Add(-int64(len(todo)))
 	s.m.aborts.Add(int64(len(todo)))
@@ -286,4 +470,59 @@ func (s *store) abortAll(cause error) {
 		p.err = err
 		close(p.done)
 	}
+}
+
+// lostRange is the entries one abort lost.
+type lostRange struct {
+	gen      uint64 // the abort count after it
+	from, to uint64
+}
+
+// maxLostRanges bounds the aborts a store remembers; a client asking about
+// an older one is told the store is unknown (it replays everything).
+const maxLostRanges = 256
+
+// safeState is what WaitSafe answers: the newest durable entry, the abort
+// count, and the ranges the aborts after gen lost; known is false when
+// the aborts after gen are forgotten.
+type safeState struct {
+	durable, gen uint64
+	lost         []lostRange
+	known        bool
+}
+
+// waitSafe waits until the store's durable entry passes after or its abort
+// count passes gen, or until d passes or ctx ends; then it says where the
+// store is.
+func (s *store) waitSafe(ctx context.Context, after, gen uint64, d time.Duration) safeState {
+	deadline := time.Now().Add(d)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.durable <= after && s.gen <= gen && time.Now().Before(deadline) && ctx.Err() == nil {
+		waitCond(ctx, s.changed, time.Until(deadline))
+	}
+	st := safeState{durable: s.durable, gen: s.gen, known: true}
+	if s.gen > gen {
+		if len(s.lost) == 0 || s.lost[0].gen > gen+1 {
+			st.known = false
+		}
+		for _, r := range s.lost {
+			if r.gen > gen {
+				st.lost = append(st.lost, r)
+			}
+		}
+	}
+	return st
+}
+
+// ack is the Ack of an operation of this store: p is the entry it was
+// answered early at (nil: durable when answered), now the time it ran at.
+func (s *store) ack(p *pending, now time.Time) *pb.Ack {
+	s.mu.RLock()
+	a := &pb.Ack{Store: s.id, Durable: s.durable, StoreGen: s.gen, NowNs: now.UnixNano()}
+	s.mu.RUnlock()
+	if p != nil {
+		a.Seq, a.Gen = p.seq, p.gen
+	}
+	return a
 }

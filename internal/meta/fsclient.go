@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/arbor-storage/arbor/internal/fs"
 	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
 )
@@ -47,9 +49,13 @@ type FSClient struct {
 	// sessions it knows of).
 	sessionReady chan struct{}
 	readyOnce    sync.Once
-	stop         chan struct{}
-	stopOnce     sync.Once
-	wg           sync.WaitGroup
+	// j holds the operations answered early until they are durable
+	// (journal.go); early says whether the session asks for early answers.
+	j        *journal
+	early    bool
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
 }
 
 // sessionSlots is how many recorded requests a session has in flight at
@@ -66,7 +72,9 @@ const sessionRenewal = 20 * time.Second
 // until Close.
 func (c *Client) FileSystem(f, snap, session uint64) *FSClient {
 	m := &FSClient{c: c, f: f, snap: snap, session: session, slots: make(chan uint64, sessionSlots),
-		seqs: make([]uint64, sessionSlots), opens: map[fs.Handle]bool{}, synced: map[uint64]uint64{}, sessionReady: make(chan struct{}), stop: make(chan struct{})}
+		seqs: make([]uint64, sessionSlots), opens: map[fs.Handle]bool{}, synced: map[uint64]uint64{}, sessionReady: make(chan struct{}), stop: make(chan struct{}),
+		early: !c.durable && snap == 0}
+	m.j = newJournal(m)
 	for i := range sessionSlots {
 		m.slots <- uint64(i)
 	}
@@ -154,17 +162,50 @@ func (m *FSClient) sessionCall(ctx context.Context, end bool) error {
 	})
 }
 
-// Close ends the session: what it held open may be reclaimed.
+// Close waits for what the session was answered early to be durable,
+// then ends the session: what it held open may be reclaimed.
 func (m *FSClient) Close(ctx context.Context) error {
 	var err error
 	m.stopOnce.Do(func() {
+		if m.snap == 0 {
+			err = m.j.sync(ctx)
+		}
 		close(m.stop)
 		m.wg.Wait()
 		if m.snap == 0 {
-			err = m.sessionCall(ctx, true)
+			if serr := m.sessionCall(ctx, true); err == nil {
+				err = serr
+			}
 		}
 	})
 	return err
+}
+
+// Sync waits until every operation the session was answered so far is
+// durable (fsync, syncfs). It fails with EIO if, since the last Sync, an
+// operation answered early was lost by its server and could not be
+// applied again.
+func (m *FSClient) Sync(ctx context.Context) error {
+	if m.snap != 0 {
+		return nil
+	}
+	return m.j.sync(ctx)
+}
+
+// JournalStats returns what the session's journal of early answers did.
+func (m *FSClient) JournalStats() JournalStats { return m.j.Stats() }
+
+// Unsafe returns how many operations the session was answered early and
+// does not know durable yet.
+func (m *FSClient) Unsafe() int { return m.j.pending() }
+
+func (m *FSClient) stopped() bool {
+	select {
+	case <-m.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // Number returns the file system number.
@@ -192,19 +233,28 @@ func (m *FSClient) recorded(ctx context.Context) (*pb.Header, func(), error) {
 	return h, func() { m.slots <- slot }, nil
 }
 
+// sendFunc sends a request with header h to cl and returns the answer's
+// error and Ack.
+type sendFunc func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error)
+
 // call sends a request routed by directory id d.
 func (m *FSClient) call(ctx context.Context, d uint64, fn func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error)) error {
-	return m.send(ctx, d, false, fn)
+	return m.send(ctx, d, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
+		e, err := fn(ctx, cl, h)
+		return e, nil, err
+	})
 }
 
 // callRecorded sends a request that must apply once.
-func (m *FSClient) callRecorded(ctx context.Context, d uint64, fn func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error)) error {
+func (m *FSClient) callRecorded(ctx context.Context, d uint64, fn sendFunc) error {
 	return m.send(ctx, d, true, fn)
 }
 
 // send sends a request routed by directory id d (recorded: it must apply
-// once), once the session's record is written.
-func (m *FSClient) send(ctx context.Context, d uint64, recorded bool, fn func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error)) error {
+// once, and may be answered early), once the session's record is written.
+// A recorded request first waits for what other servers answered early
+// before (journal.barrier); an early answer goes to the journal.
+func (m *FSClient) send(ctx context.Context, d uint64, recorded bool, fn sendFunc) error {
 	if m.snap == 0 {
 		select {
 		case <-m.sessionReady:
@@ -214,28 +264,94 @@ func (m *FSClient) send(ctx context.Context, d uint64, recorded bool, fn func(ct
 	}
 	h := m.header()
 	if recorded {
+		if err := m.j.full(ctx); err != nil {
+			return err
+		}
 		var release func()
 		var err error
 		if h, release, err = m.recorded(ctx); err != nil {
 			return err
 		}
 		defer release()
+		h.Early = m.early
 	}
-	return m.c.callRouted(ctx, m.f, d, m.syncOpens, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) { return fn(ctx, cl, h) })
+	var last route
+	var ack *pb.Ack
+	var barrierErr error
+	onRoute := func(ctx context.Context, rt route, cl pb.MetaClient) {
+		m.syncOpens(ctx, rt, cl)
+		if recorded && m.snap == 0 {
+			barrierErr = m.j.barrier(ctx, rt.owner, true)
+		}
+		last = rt
+	}
+	err := m.c.callRouted(ctx, m.f, d, onRoute, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
+		if barrierErr != nil {
+			return nil, barrierErr
+		}
+		e, a, err := fn(ctx, cl, h)
+		ack = a
+		return e, err
+	})
+	if recorded && m.snap == 0 && ack != nil {
+		var op *unsafeOp
+		if ack.GetSeq() != 0 {
+			op = &unsafeOp{d: d, hdr: h, now: ack.GetNowNs(), again: fn}
+		}
+		m.j.note(op, last.owner, ack)
+	}
+	return err
+}
+
+// replayOne sends op again as a replay to its table's owner now; touched
+// collects the routes replayed to.
+func (m *FSClient) replayOne(ctx context.Context, op *unsafeOp, touched map[uint64]route) (node uint64, ack *pb.Ack, err error) {
+	h := proto.Clone(op.hdr).(*pb.Header)
+	h.Replay, h.NowNs, h.Early = true, op.now, m.early
+	var last route
+	var barrierErr error
+	err = m.c.callRouted(ctx, m.f, op.d, func(ctx context.Context, rt route, cl pb.MetaClient) {
+		barrierErr = m.j.barrier(ctx, rt.owner, false)
+		last = rt
+	}, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
+		if barrierErr != nil {
+			return nil, barrierErr
+		}
+		e, a, err := op.again(ctx, cl, h)
+		ack = a
+		return e, err
+	})
+	if last.owner != 0 {
+		touched[last.table] = last
+	}
+	return last.owner, ack, err
 }
 
 // syncOpens tells the owner of table rt, unless it was told at rt's epoch
-// already, which files the session holds open in it (SyncOpens). One that
-// fails is tried again before the next request to the table.
+// already, which files the session holds open in it (SyncOpens), after
+// what the session was answered early elsewhere is durable or replayed
+// here: a table's new owner serves nobody else until each session synced
+// (doc.go, Early replies). One that fails is tried again before the next
+// request to the table.
 func (m *FSClient) syncOpens(ctx context.Context, rt route, cl pb.MetaClient) {
 	if m.snap != 0 {
 		return
 	}
 	m.opensMu.Lock()
-	if m.synced[rt.table] == rt.epoch {
-		m.opensMu.Unlock()
+	done := m.synced[rt.table] == rt.epoch
+	m.opensMu.Unlock()
+	if done {
 		return
 	}
+	if err := m.j.barrier(ctx, rt.owner, true); err != nil {
+		return
+	}
+	m.sendSyncOpens(ctx, rt, cl)
+}
+
+// sendSyncOpens sends SyncOpens for table rt.
+func (m *FSClient) sendSyncOpens(ctx context.Context, rt route, cl pb.MetaClient) {
+	m.opensMu.Lock()
 	req := &pb.SyncOpensRequest{Header: m.header(), Table: rt.table, Epoch: rt.epoch}
 	for h := range m.opens {
 		if rt.r.Contains(h.D) {
@@ -322,10 +438,12 @@ func attrOf(resp *pb.AttrResponse, err error) (fs.Attr, error) {
 // attrCall runs a request answered with attributes.
 func (m *FSClient) attrCall(ctx context.Context, d uint64, record bool, send func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error)) (fs.Attr, error) {
 	var resp *pb.AttrResponse
-	err := m.send(ctx, d, record, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
-		var err error
-		resp, err = send(ctx, cl, h)
-		return resp.GetError(), err
+	err := m.send(ctx, d, record, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
+		r, err := send(ctx, cl, h)
+		if !h.GetReplay() {
+			resp = r
+		}
+		return r.GetError(), r.GetAck(), err
 	})
 	return attrOf(resp, err)
 }
@@ -346,7 +464,7 @@ func (m *FSClient) GetAttr(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
 
 // SetAttr implements fsclient.Metadata.
 func (m *FSClient) SetAttr(ctx context.Context, hd fs.Handle, in fs.SetAttrIn) (fs.Attr, error) {
-	return m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+	return m.attrCall(ctx, hd.D, true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.SetAttr(ctx, &pb.SetAttrRequest{Header: h, Handle: handleToPB(hd), Valid: in.Valid, Mode: in.Mode, Uid: in.Uid,
 			Gid: in.Gid, Size: in.Size, AtimeNs: in.Atime.UnixNano(), MtimeNs: in.Mtime.UnixNano(), CtimeNs: in.Ctime.UnixNano()})
 	})
@@ -355,7 +473,12 @@ func (m *FSClient) SetAttr(ctx context.Context, hd fs.Handle, in fs.SetAttrIn) (
 func (m *FSClient) create(ctx context.Context, req *pb.CreateRequest) (fs.Attr, error) {
 	return m.attrCall(ctx, req.GetDir().GetD(), true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		req.Header = h
-		return cl.Create(ctx, req)
+		resp, err := cl.Create(ctx, req)
+		if err == nil && !h.GetReplay() && resp.GetError() == nil && resp.GetAck().GetSeq() != 0 {
+			// A replay must give what this answer says.
+			req.Want, req.WantBlob = resp.GetAttr().GetHandle(), resp.GetAttr().GetBlob()
+		}
+		return resp, err
 	})
 }
 
@@ -407,9 +530,9 @@ func (m *FSClient) Link(ctx context.Context, hd, dir fs.Handle, name string) (fs
 }
 
 func (m *FSClient) remove(ctx context.Context, dir fs.Handle, name string, directory bool) error {
-	return m.callRecorded(ctx, dir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+	return m.callRecorded(ctx, dir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		resp, err := cl.Remove(ctx, &pb.RemoveRequest{Header: h, Dir: handleToPB(dir), Name: name, Directory: directory})
-		return resp.GetError(), err
+		return resp.GetError(), resp.GetAck(), err
 	})
 }
 
@@ -425,10 +548,10 @@ func (m *FSClient) Rmdir(ctx context.Context, dir fs.Handle, name string) error 
 
 // Rename implements fsclient.Metadata.
 func (m *FSClient) Rename(ctx context.Context, srcDir fs.Handle, srcName string, dstDir fs.Handle, dstName string, flags uint32) error {
-	return m.callRecorded(ctx, srcDir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+	return m.callRecorded(ctx, srcDir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		resp, err := cl.Rename(ctx, &pb.RenameRequest{Header: h, SrcDir: handleToPB(srcDir), SrcName: srcName,
 			DstDir: handleToPB(dstDir), DstName: dstName, Flags: flags})
-		return resp.GetError(), err
+		return resp.GetError(), resp.GetAck(), err
 	})
 }
 
@@ -477,18 +600,16 @@ func (m *FSClient) ReadDirPlus(ctx context.Context, dir fs.Handle, after uint64,
 
 func (m *FSClient) xattr(ctx context.Context, req *pb.XattrRequest) (*pb.XattrResponse, error) {
 	var out *pb.XattrResponse
-	fn := func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+	fn := func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		req.Header = h
 		resp, err := cl.Xattr(ctx, req)
-		out = resp
-		return resp.GetError(), err
+		if !h.GetReplay() {
+			out = resp
+		}
+		return resp.GetError(), resp.GetAck(), err
 	}
-	var err error
-	if req.GetOp() == pb.XattrRequest_SET || req.GetOp() == pb.XattrRequest_REMOVE {
-		err = m.callRecorded(ctx, req.GetHandle().GetD(), fn)
-	} else {
-		err = m.call(ctx, req.GetHandle().GetD(), fn)
-	}
+	recorded := req.GetOp() == pb.XattrRequest_SET || req.GetOp() == pb.XattrRequest_REMOVE
+	err := m.send(ctx, req.GetHandle().GetD(), recorded, fn)
 	return out, err
 }
 
@@ -589,11 +710,13 @@ func (m *FSClient) CommitBlocks(ctx context.Context, hd fs.Handle, blob fs.GUID,
 		req.Blocks = append(req.Blocks, &pb.NewBlock{Start: b.Start, Tract: b.Tract, Length: b.Length, Base: blockToPB(b.Base)})
 	}
 	var resp *pb.CommitBlocksResponse
-	err := m.callRecorded(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
+	err := m.callRecorded(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		req.Header = h
-		var err error
-		resp, err = cl.CommitBlocks(ctx, req)
-		return resp.GetError(), err
+		r, err := cl.CommitBlocks(ctx, req)
+		if !h.GetReplay() {
+			resp = r
+		}
+		return r.GetError(), r.GetAck(), err
 	})
 	if err != nil {
 		return fs.BlocksCommitted{}, err

@@ -14,7 +14,7 @@ import (
 // directory id: they share its pages, so an owner's transaction reaches
 // them without another extent (doc.go, Tables).
 //
-//	F, 1, lo, -1                     header: owner, delegation epoch, W, frozen
+//	F, 1, lo, -1                     header: owner, delegation epoch, W, frozen, clean
 //	F, 1, lo, -1, 1, session, slot   reply record of a session's request slot
 
 const (
@@ -38,22 +38,46 @@ type tableHeader struct {
 	// Snapshots); Frozen, if non-zero, is the snapshot being taken: no
 	// write commits until it is cleared.
 	W, Frozen uint64
+	// Clean says its owner handed it over with nothing lost: every write
+	// it answered is durable (a move, split or borrow drained it). A new
+	// owner clears it; one that finds it unset lets sessions replay what
+	// the old owner answered early before serving anyone (doc.go, Early
+	// replies).
+	Clean bool
 }
 
+// headerFormat is the header's encoding: recordFormat with seven fields
+// (no Clean), headerFormat with eight.
+const headerFormat = 2
+
 func (h *tableHeader) encode() []byte {
-	b := []byte{recordFormat}
-	for _, v := range []uint64{h.Table, h.Epoch, h.Owner, h.Lo, h.Hi, h.W, h.Frozen} {
+	b := []byte{headerFormat}
+	var clean uint64
+	if h.Clean {
+		clean = 1
+	}
+	for _, v := range []uint64{h.Table, h.Epoch, h.Owner, h.Lo, h.Hi, h.W, h.Frozen, clean} {
 		b = binary.AppendUvarint(b, v)
 	}
 	return b
 }
 
 func decodeHeader(b []byte) (*tableHeader, error) {
-	vs, err := decodeUvarints(b, 7, "header")
+	n := 7
+	if len(b) > 0 && b[0] == headerFormat {
+		n, b = 8, append([]byte{recordFormat}, b[1:]...)
+	}
+	vs, err := decodeUvarints(b, n, "header")
 	if err != nil {
 		return nil, err
 	}
 	h := &tableHeader{Table: vs[0], Epoch: vs[1], Owner: vs[2], Lo: vs[3], Hi: vs[4], W: vs[5], Frozen: vs[6]}
+	if n == 8 {
+		if vs[7] > 1 {
+			return nil, fmt.Errorf("%w: header clean flag %d", errCorruptRecord, vs[7])
+		}
+		h.Clean = vs[7] == 1
+	}
 	if h.Table == 0 || h.W == 0 || (h.Hi != 0 && h.Hi <= h.Lo) {
 		return nil, fmt.Errorf("%w: header %+v", errCorruptRecord, *h)
 	}

@@ -304,8 +304,20 @@ func (s *Server) loop(what string, every time.Duration, fn func(ctx context.Cont
 // Stop stops the server: the tables it serves are no longer served (their
 // leases run out and the coordinator gives them to others).
 func (s *Server) Stop() {
+	s.stop1(true)
+}
+
+// crash stops the server as a crash would (tests): what it answered early
+// and did not make durable yet is lost, and its tables are not marked
+// clean.
+func (s *Server) crash() { s.stop1(false) }
+
+func (s *Server) stop1(drain bool) {
 	if s.closed.Swap(true) {
 		return
+	}
+	if drain {
+		s.drainAll()
 	}
 	close(s.stop)
 	s.cancel()
@@ -316,6 +328,24 @@ func (s *Server) Stop() {
 		st.st.close()
 	}
 }
+
+// drainAll makes what every store answered durable and marks its tables
+// clean, so that their next owners need not wait for replays (a stop
+// loses nothing).
+func (s *Server) drainAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), stopDrain)
+	defer cancel()
+	for _, st := range s.fsStates() {
+		if err := st.st.drain(ctx, time.Minute); err != nil {
+			s.log.Warn("draining a table store at stop; its tables' next owners wait for replays", "fs", st.f, "err", err)
+			continue
+		}
+		st.st.markAllClean(ctx)
+	}
+}
+
+// stopDrain bounds the drain at stop.
+const stopDrain = 3 * time.Second
 
 // fsStates returns the file systems the server runs, in no order.
 func (s *Server) fsStates() []*fsState {

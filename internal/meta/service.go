@@ -28,41 +28,67 @@ type request struct {
 	// recorded requests apply once (a reply record).
 	recorded bool
 	create   bool
+	// noGate: served even while the table's replay gate is up (session
+	// records).
+	noGate bool
 }
 
 // run runs fn for req on the engine of its file system and snapshot, as
 // its session; a retried recorded request whose record is there runs
-// rebuild instead, which answers from the current state.
-func (s *Server) run(ctx context.Context, req request, fn, rebuild func(ctx context.Context, f *fs.FS) error) *pb.Error {
+// rebuild instead, which answers from the current state. A recorded
+// request that asks for it may be answered early (doc.go, Early replies):
+// the Ack says so.
+func (s *Server) run(ctx context.Context, req request, fn, rebuild func(ctx context.Context, f *fs.FS) error) (*pb.Error, *pb.Ack) {
 	h := req.hdr
 	if h == nil {
-		return errorToPB(invalidf("no request header"))
+		return errorToPB(invalidf("no request header")), nil
 	}
 	st, err := s.fsOf(ctx, h.GetFs())
 	if err != nil {
-		return errorToPB(err)
+		return errorToPB(err), nil
 	}
 	t, ok := st.st.serves(req.d)
 	if !ok {
-		return errorToPB(fmt.Errorf("%w: directory %#x of file system %d", errNotOwner, req.d, h.GetFs()))
+		return errorToPB(fmt.Errorf("%w: directory %#x of file system %d", errNotOwner, req.d, h.GetFs())), nil
 	}
 	engine, err := s.engine(ctx, st, h.GetSnapshot())
 	if err != nil {
-		return errorToPB(err)
+		return errorToPB(err), nil
+	}
+	replay := h.GetReplay() && req.recorded
+	if !req.noGate {
+		if err := st.st.waitGate(ctx, req.d, replay); err != nil {
+			return errorToPB(fmt.Errorf("%w: %w", errRetry, err)), nil
+		}
 	}
 	ctx = fs.WithSession(ctx, h.GetSession())
+	now := time.Now()
+	if replay && h.GetNowNs() != 0 {
+		now = time.Unix(0, h.GetNowNs())
+	}
+	ctx = fs.WithOpTime(ctx, now)
 	st.stats.count(t.id, req.create)
+	var tag *replyTag
 	if req.recorded && h.GetSeq() != 0 && h.GetSnapshot() == 0 {
 		key := replyKey(st.f, t.r.Lo, h.GetSession(), h.GetSlot())
 		done, dup, err := s.claim(ctx, st, key, h)
 		if err != nil {
-			return errorToPB(err)
+			return errorToPB(err), nil
 		}
 		defer done()
 		if dup {
-			return errorToPB(rebuild(ctx, engine))
+			if replay {
+				// Applied already (durable before the loss): the client has
+				// its answer.
+				return nil, st.st.ack(nil, now)
+			}
+			return errorToPB(rebuild(ctx, engine)), st.st.ack(nil, now)
 		}
-		ctx = withReply(ctx, &replyTag{key: key, seq: h.GetSeq()})
+		tag = &replyTag{key: key, seq: h.GetSeq(), early: h.GetEarly() && h.GetSession() != 0}
+		ctx = withReply(ctx, tag)
+		if tag.early {
+			ctx = fs.WithEarly(ctx)
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		err = fn(ctx, engine)
@@ -85,7 +111,20 @@ func (s *Server) run(ctx context.Context, req request, fn, rebuild func(ctx cont
 		}
 		s.touchBorrowed(st, foreign.D)
 	}
-	return errorToPB(err)
+	var early *pending
+	if tag != nil {
+		early = tag.p
+	}
+	if err != nil && early != nil {
+		// A failure after an early first transaction: answer it only once
+		// that is durable, as nothing of it is replayed.
+		_ = early.wait(ctx)
+		early = nil
+	}
+	if req.recorded {
+		return errorToPB(err), st.st.ack(early, now)
+	}
+	return errorToPB(err), nil
 }
 
 // maxBorrowAttempts bounds the borrows one request makes before the
@@ -134,6 +173,11 @@ func (s *Server) claim(ctx context.Context, st *fsState, key []byte, h *pb.Heade
 		return nil, false, err
 	case rec != nil && rec.Seq == h.GetSeq():
 		return done, true, nil
+	case rec != nil && rec.Seq > h.GetSeq() && h.GetReplay():
+		// A later request of the slot was applied, so this one was too:
+		// the session sent it only after this one's answer, and a store
+		// makes its entries durable in order.
+		return done, true, nil
 	case rec != nil && rec.Seq > h.GetSeq():
 		done()
 		return nil, false, invalidf("request %d of slot %d of session %d is older than the slot's last applied (%d)", h.GetSeq(), h.GetSlot(), h.GetSession(), rec.Seq)
@@ -141,31 +185,31 @@ func (s *Server) claim(ctx context.Context, st *fsState, key []byte, h *pb.Heade
 	return done, false, nil
 }
 
-func attrResponse(e *pb.Error, a fs.Attr) *pb.AttrResponse {
+func attrResponse(e *pb.Error, ack *pb.Ack, a fs.Attr) *pb.AttrResponse {
 	if e != nil {
-		return &pb.AttrResponse{Error: e}
+		return &pb.AttrResponse{Error: e, Ack: ack}
 	}
-	return &pb.AttrResponse{Attr: attrToPB(a)}
+	return &pb.AttrResponse{Attr: attrToPB(a), Ack: ack}
 }
 
 // Lookup implements pb.MetaServer.
 func (s *Server) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.AttrResponse, error) {
 	var a fs.Attr
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetDir().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
+	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetDir().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
 		a, err = f.Lookup(ctx, handleFromPB(req.GetDir()), req.GetName())
 		return err
 	}, nil)
-	return attrResponse(e, a), nil
+	return attrResponse(e, ack, a), nil
 }
 
 // GetAttr implements pb.MetaServer.
 func (s *Server) GetAttr(ctx context.Context, req *pb.GetAttrRequest) (*pb.AttrResponse, error) {
 	var a fs.Attr
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
+	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
 		a, err = f.GetAttr(ctx, handleFromPB(req.GetHandle()))
 		return err
 	}, nil)
-	return attrResponse(e, a), nil
+	return attrResponse(e, ack, a), nil
 }
 
 // SetAttr implements pb.MetaServer.
@@ -173,34 +217,52 @@ func (s *Server) SetAttr(ctx context.Context, req *pb.SetAttrRequest) (*pb.AttrR
 	in := fs.SetAttrIn{Valid: req.GetValid(), Mode: req.GetMode(), Uid: req.GetUid(), Gid: req.GetGid(), Size: req.GetSize(),
 		Atime: time.Unix(0, req.GetAtimeNs()), Mtime: time.Unix(0, req.GetMtimeNs()), Ctime: time.Unix(0, req.GetCtimeNs())}
 	var a fs.Attr
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
-		a, err = f.SetAttr(ctx, handleFromPB(req.GetHandle()), in)
+	h := handleFromPB(req.GetHandle())
+	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: h.D, recorded: true}, func(ctx context.Context, f *fs.FS) (err error) {
+		a, err = f.SetAttr(ctx, h, in)
 		return err
-	}, nil)
-	return attrResponse(e, a), nil
+	}, func(ctx context.Context, f *fs.FS) (err error) {
+		a, err = f.GetAttr(ctx, h)
+		return err
+	})
+	return attrResponse(e, ack, a), nil
 }
 
 // Create implements pb.MetaServer: files, nodes, directories, symlinks.
 func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrResponse, error) {
 	dir := handleFromPB(req.GetDir())
 	cred := fs.Cred{Uid: req.GetCred().GetUid(), Gid: req.GetCred().GetGid()}
+	if w := req.GetWant(); w != nil && req.GetHeader().GetReplay() {
+		want := fs.Want{Handle: handleFromPB(w)}
+		if len(req.GetWantBlob()) != 0 {
+			g, err := guidFromPB(req.GetWantBlob())
+			if err != nil {
+				return &pb.AttrResponse{Error: errorToPB(invalidf("%v", err))}, nil
+			}
+			want.Blob = g
+		}
+		ctx = fs.WithWant(ctx, want)
+	}
 	var a fs.Attr
 	var remote struct {
 		tried         bool
 		d, table, dst uint64
 	}
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true, create: true}, func(ctx context.Context, f *fs.FS) (err error) {
+	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true, create: true}, func(ctx context.Context, f *fs.FS) (err error) {
 		if req.GetKind() == pb.CreateRequest_DIRECTORY && !remote.tried && req.GetHeader().GetSnapshot() == 0 {
 			// FlexGroup placement: most directories stay with their
 			// parent; RP sends some to another server, as new tables.
 			remote.tried = true
-			if dst, ok := s.placeRemote(f, dir); ok && mkdirCanSucceed(ctx, f, dir, req.GetName()) {
+			if dst, ok := s.placeRemote(f, dir); ok && !req.GetHeader().GetReplay() && mkdirCanSucceed(ctx, f, dir, req.GetName()) {
 				st, _ := s.fsOf(ctx, req.GetHeader().GetFs())
 				d, table, perr := s.remoteDirectory(ctx, st, f)
 				if perr != nil {
 					s.log.Info("placing a directory on another server; keeping it here", "err", perr)
 				} else {
 					remote.d, remote.table, remote.dst = d, table, dst
+					if r := replyOf(ctx); r != nil {
+						r.early = false // a replay would not carve the table again
+					}
 				}
 			}
 		}
@@ -242,7 +304,7 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 			}
 		}()
 	}
-	return attrResponse(e, a), nil
+	return attrResponse(e, ack, a), nil
 }
 
 // mkdirCanSucceed reports whether a mkdir of name in dir gets past its
@@ -263,7 +325,7 @@ func mkdirCanSucceed(ctx context.Context, f *fs.FS, dir fs.Handle, name string) 
 // Readlink implements pb.MetaServer.
 func (s *Server) Readlink(ctx context.Context, req *pb.ReadlinkRequest) (*pb.ReadlinkResponse, error) {
 	var target string
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
+	e, _ := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
 		target, err = f.Readlink(ctx, handleFromPB(req.GetHandle()))
 		return err
 	}, nil)
@@ -274,42 +336,42 @@ func (s *Server) Readlink(ctx context.Context, req *pb.ReadlinkRequest) (*pb.Rea
 func (s *Server) Link(ctx context.Context, req *pb.LinkRequest) (*pb.AttrResponse, error) {
 	dir := handleFromPB(req.GetDir())
 	var a fs.Attr
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true}, func(ctx context.Context, f *fs.FS) (err error) {
+	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true}, func(ctx context.Context, f *fs.FS) (err error) {
 		a, err = f.Link(ctx, handleFromPB(req.GetHandle()), dir, req.GetName())
 		return err
 	}, func(ctx context.Context, f *fs.FS) (err error) {
 		a, err = f.Lookup(ctx, dir, req.GetName())
 		return err
 	})
-	return attrResponse(e, a), nil
+	return attrResponse(e, ack, a), nil
 }
 
 // Remove implements pb.MetaServer: unlink(2) and rmdir(2).
 func (s *Server) Remove(ctx context.Context, req *pb.RemoveRequest) (*pb.ErrorResponse, error) {
 	dir := handleFromPB(req.GetDir())
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true}, func(ctx context.Context, f *fs.FS) error {
+	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true}, func(ctx context.Context, f *fs.FS) error {
 		if req.GetDirectory() {
 			return f.Rmdir(ctx, dir, req.GetName())
 		}
 		return f.Unlink(ctx, dir, req.GetName())
 	}, func(context.Context, *fs.FS) error { return nil })
-	return &pb.ErrorResponse{Error: e}, nil
+	return &pb.ErrorResponse{Error: e, Ack: ack}, nil
 }
 
 // Rename implements pb.MetaServer.
 func (s *Server) Rename(ctx context.Context, req *pb.RenameRequest) (*pb.ErrorResponse, error) {
 	src := handleFromPB(req.GetSrcDir())
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: src.D, recorded: true}, func(ctx context.Context, f *fs.FS) error {
+	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: src.D, recorded: true}, func(ctx context.Context, f *fs.FS) error {
 		return f.Rename(ctx, src, req.GetSrcName(), handleFromPB(req.GetDstDir()), req.GetDstName(), req.GetFlags())
 	}, func(context.Context, *fs.FS) error { return nil })
-	return &pb.ErrorResponse{Error: e}, nil
+	return &pb.ErrorResponse{Error: e, Ack: ack}, nil
 }
 
 // ReadDir implements pb.MetaServer (READDIR and READDIRPLUS).
 func (s *Server) ReadDir(ctx context.Context, req *pb.ReadDirRequest) (*pb.ReadDirResponse, error) {
 	dir := handleFromPB(req.GetDir())
 	var out []*pb.DirEntry
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D}, func(ctx context.Context, f *fs.FS) error {
+	e, _ := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D}, func(ctx context.Context, f *fs.FS) error {
 		out = nil
 		if req.GetPlus() {
 			es, err := f.ReadDirPlus(ctx, dir, req.GetAfter(), int(req.GetMax()))
@@ -362,7 +424,7 @@ func (s *Server) Xattr(ctx context.Context, req *pb.XattrRequest) (*pb.XattrResp
 	default:
 		return &pb.XattrResponse{Error: errorToPB(invalidf("xattr operation %v", req.GetOp()))}, nil
 	}
-	if e := s.run(ctx, r, fn, rebuild); e != nil {
+	if e, _ := s.run(ctx, r, fn, rebuild); e != nil {
 		return &pb.XattrResponse{Error: e}, nil
 	}
 	return resp, nil
@@ -371,19 +433,19 @@ func (s *Server) Xattr(ctx context.Context, req *pb.XattrRequest) (*pb.XattrResp
 // Open implements pb.MetaServer.
 func (s *Server) Open(ctx context.Context, req *pb.OpenRequest) (*pb.AttrResponse, error) {
 	var a fs.Attr
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
+	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
 		a, err = f.Open(ctx, handleFromPB(req.GetHandle()))
 		return err
 	}, nil)
-	return attrResponse(e, a), nil
+	return attrResponse(e, ack, a), nil
 }
 
 // Release implements pb.MetaServer.
 func (s *Server) Release(ctx context.Context, req *pb.OpenRequest) (*pb.ErrorResponse, error) {
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) error {
+	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) error {
 		return f.Release(ctx, handleFromPB(req.GetHandle()))
 	}, nil)
-	return &pb.ErrorResponse{Error: e}, nil
+	return &pb.ErrorResponse{Error: e, Ack: ack}, nil
 }
 
 // SyncOpens implements pb.MetaServer: a session tells the owner of a
@@ -412,8 +474,36 @@ func (s *Server) SyncOpens(ctx context.Context, req *pb.SyncOpensRequest) (*pb.E
 	if !st.st.syncedOpens(req.GetTable(), req.GetEpoch(), h.GetSession()) {
 		return &pb.ErrorResponse{Error: errorToPB(fmt.Errorf("%w: table %d at epoch %d", errNotOwner, req.GetTable(), req.GetEpoch()))}, nil
 	}
+	st.st.replayed(req.GetTable(), h.GetSession())
 	return &pb.ErrorResponse{}, nil
 }
+
+// WaitSafe implements pb.MetaServer: how durable a store's entries are
+// (doc.go, Early replies).
+func (s *Server) WaitSafe(ctx context.Context, req *pb.WaitSafeRequest) (*pb.WaitSafeResponse, error) {
+	if !s.ready() {
+		return &pb.WaitSafeResponse{Error: errorToPB(errNotReady)}, nil
+	}
+	s.mu.Lock()
+	st := s.fss[req.GetFs()]
+	s.mu.Unlock()
+	if st == nil || st.st.id != req.GetStore() {
+		return &pb.WaitSafeResponse{Unknown: true}, nil
+	}
+	wait := maxSafeWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)*3/4)
+	}
+	state := st.st.waitSafe(ctx, req.GetAfter(), req.GetGen(), wait)
+	resp := &pb.WaitSafeResponse{Durable: state.durable, Gen: state.gen, Unknown: !state.known}
+	for _, r := range state.lost {
+		resp.Lost = append(resp.Lost, &pb.SeqRange{From: r.from, To: r.to})
+	}
+	return resp, nil
+}
+
+// maxSafeWait bounds how long WaitSafe waits for news.
+const maxSafeWait = 5 * time.Second
 
 // maxSyncedOpens bounds the open files one SyncOpens names (a session
 // with more sends several).
@@ -422,7 +512,7 @@ const maxSyncedOpens = 1 << 16
 // StatFS implements pb.MetaServer (routed by the root directory).
 func (s *Server) StatFS(ctx context.Context, req *pb.StatFSRequest) (*pb.StatFSResponse, error) {
 	var sf fs.StatFS
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: fs.RootHandle.D}, func(ctx context.Context, f *fs.FS) (err error) {
+	e, _ := s.run(ctx, request{hdr: req.GetHeader(), d: fs.RootHandle.D}, func(ctx context.Context, f *fs.FS) (err error) {
 		sf, err = f.StatFS(ctx)
 		return err
 	}, nil)
@@ -437,7 +527,7 @@ func (s *Server) FileBlocks(ctx context.Context, req *pb.FileBlocksRequest) (*pb
 	}
 	var state fs.FileState
 	var refs []fs.BlockRef
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
+	e, _ := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
 		state, refs, err = f.FileBlocks(ctx, handleFromPB(req.GetHandle()), req.GetStarts())
 		return err
 	}, nil)
@@ -472,7 +562,7 @@ func (s *Server) CommitBlocks(ctx context.Context, req *pb.CommitBlocksRequest) 
 	}
 	var res fs.BlocksCommitted
 	h := handleFromPB(req.GetHandle())
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: h.D, recorded: true}, func(ctx context.Context, f *fs.FS) (err error) {
+	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: h.D, recorded: true}, func(ctx context.Context, f *fs.FS) (err error) {
 		res, err = f.CommitBlocks(ctx, h, blob, nbs, req.GetSize(), req.GetMtimeNs())
 		return err
 	}, func(ctx context.Context, f *fs.FS) error {
@@ -487,9 +577,9 @@ func (s *Server) CommitBlocks(ctx context.Context, req *pb.CommitBlocksRequest) 
 		return err
 	})
 	if e != nil {
-		return &pb.CommitBlocksResponse{Error: e}, nil
+		return &pb.CommitBlocksResponse{Error: e, Ack: ack}, nil
 	}
-	resp := &pb.CommitBlocksResponse{Size: res.Size, DataGen: res.DataGen}
+	resp := &pb.CommitBlocksResponse{Size: res.Size, DataGen: res.DataGen, Ack: ack}
 	for _, b := range res.Blocks {
 		resp.Blocks = append(resp.Blocks, blockToPB(b))
 	}
@@ -503,7 +593,7 @@ func (s *Server) Session(ctx context.Context, req *pb.SessionRequest) (*pb.Error
 	if sess == 0 {
 		return &pb.ErrorResponse{Error: errorToPB(invalidf("session 0"))}, nil
 	}
-	e := s.run(ctx, request{hdr: req.GetHeader(), d: fs.RootHandle.D}, func(ctx context.Context, f *fs.FS) error {
+	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: fs.RootHandle.D, noGate: true}, func(ctx context.Context, f *fs.FS) error {
 		if req.GetEnd() {
 			return f.EndSession(ctx, sess)
 		}
@@ -515,5 +605,5 @@ func (s *Server) Session(ctx context.Context, req *pb.SessionRequest) (*pb.Error
 		}
 		return nil
 	}, nil)
-	return &pb.ErrorResponse{Error: e}, nil
+	return &pb.ErrorResponse{Error: e, Ack: ack}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -58,14 +59,29 @@ type store struct {
 	loadMu  sync.Mutex
 	loading map[uint64]chan struct{}
 
-	// Pending entries, in commit order (commit.go).
-	queue   []*pending
-	nextSeq uint64
-	kick    chan struct{}
+	// Pending entries, in commit order (commit.go). id names this store
+	// (this server's incarnation of it) to clients holding early answers;
+	// durable is the newest committed entry, gen counts the aborts and
+	// lost the entries the last ones lost.
+	id    uint64
+	queue []*pending
+	// holdUntil holds new writes (a snapshot drains the store before it
+	// freezes its tables: drain).
+	holdUntil time.Time
+	// retryWait is the first wait before a failed commit is tried again.
+	retryWait time.Duration
+	nextSeq   uint64
+	durable   uint64
+	gen       uint64
+	lost      []lostRange
+	kick      chan struct{}
 
 	stop chan struct{}
-	wg   sync.WaitGroup
-	m    *storeMetrics
+	// ctx ends at close: it bounds the committer's work.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	m      *storeMetrics
 }
 
 // entry is a cached key. A pending write (pending != 0) is applied here
@@ -110,6 +126,14 @@ type table struct {
 	// leaseUntil is when the server stops serving the table unless its
 	// lease is renewed (the lease's holder deadline).
 	leaseUntil time.Time
+	// The replay gate (doc.go, Early replies): until gateUntil, requests
+	// other than replays wait while a session of gateSessions (whose early
+	// answers an abort here lost) has not synced since, or, with gateAll
+	// (taken over without a clean handover), while some live session has
+	// not synced its opens to this owner.
+	gateUntil    time.Time
+	gateAll      bool
+	gateSessions map[uint64]bool
 }
 
 // Limits bound what a store keeps and does.
@@ -163,16 +187,17 @@ func (e *ForeignError) Unwrap() error { return fs.ErrForeign }
 
 func newStore(f, node uint64, tree *btree.Tree, lim Limits, log *slog.Logger, m *storeMetrics) *store {
 	s := &store{
-		f: f, node: node, tree: tree, log: log.With("fs", f), lim: lim,
+		f: f, node: node, tree: tree, log: log.With("fs", f), lim: lim, id: rand.Uint64() | 1,
 		kv:      btreemap.New[string, *entry](32, strings.Compare),
 		units:   map[uint64]*unit{},
 		unitIdx: btreemap.New[uint64, *unit](16, cmp.Compare[uint64]),
 		loading: map[uint64]chan struct{}{},
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		m:       m,
+		kick:    make(chan struct{}, 1), retryWait: commitRetryWait,
+		stop: make(chan struct{}),
+		m:    m,
 	}
 	s.changed = sync.NewCond(&s.mu)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.commitLoop()
 	return s
@@ -181,6 +206,7 @@ func newStore(f, node uint64, tree *btree.Tree, lim Limits, log *slog.Logger, m 
 // close stops the committer; pending operations fail.
 func (s *store) close() {
 	close(s.stop)
+	s.cancel()
 	s.wg.Wait()
 }
 
@@ -362,7 +388,7 @@ func (s *store) dropUnitLocked(u *unit) {
 func (s *store) View(ctx context.Context, fn func(fs.MetaTxn) error) error {
 	for {
 		s.mu.RLock()
-		tx := &txn{s: s, ctx: ctx}
+		tx := &txn{s: s, ctx: ctx, session: fs.SessionOf(ctx)}
 		ferr := fn(tx)
 		s.mu.RUnlock()
 		if err := s.retryAfter(ctx, tx.err); err != nil {
@@ -390,15 +416,18 @@ func (s *store) retryAfter(ctx context.Context, err error) error {
 // Update implements fs.MetaStore: fn runs against the cache under the
 // store's lock (so operations on this server's tables are serialized), its
 // writes are applied to the cache at once and Update returns when they are
-// durable (the group commit, commit.go). A write to a table served
-// elsewhere fails with a *ForeignError.
+// durable (the group commit, commit.go), or at once for the first write
+// transaction of an operation that may be answered early (replyTag.early)
+// if it read no other session's writes not yet durable and asked for no
+// durability (doc.go, Early replies). A write to a table served elsewhere
+// fails with a *ForeignError.
 func (s *store) Update(ctx context.Context, fn func(fs.MetaTxn) error) error {
 	for {
 		if err := s.waitWritable(ctx); err != nil {
 			return err
 		}
 		s.mu.Lock()
-		tx := &txn{s: s, ctx: ctx, write: true}
+		tx := &txn{s: s, ctx: ctx, write: true, session: fs.SessionOf(ctx)}
 		ferr := fn(tx)
 		if tx.err != nil {
 			s.mu.Unlock()
@@ -418,15 +447,22 @@ func (s *store) Update(ctx context.Context, fn func(fs.MetaTxn) error) error {
 			s.mu.Unlock()
 			return tx.waitSeen(ctx)
 		}
-		if err := s.addReply(ctx, tx); err != nil {
+		first, err := s.addReply(ctx, tx)
+		if err != nil {
 			s.mu.Unlock()
 			if err := s.retryAfter(ctx, err); err != nil {
 				return err
 			}
 			continue
 		}
-		p := s.applyLocked(tx)
+		r := replyOf(ctx)
+		early := first && r.early && !tx.durable && tx.seen == nil
+		p := s.applyLocked(tx, early)
 		s.mu.Unlock()
+		if early {
+			r.p = p
+			return nil
+		}
 		return p.wait(ctx)
 	}
 }
@@ -441,15 +477,64 @@ func (s *store) waitWritable(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		if _, ok := s.writeEpochLocked(); ok {
+		held := time.Now().Before(s.holdUntil)
+		if _, ok := s.writeEpochLocked(); ok && len(s.queue) < maxQueued && !held {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("meta: waiting for a snapshot to finish: %w", err)
 		}
-		waitCond(ctx, s.changed, 50*time.Millisecond)
+		wait := 50 * time.Millisecond
+		if held {
+			wait = min(wait, time.Until(s.holdUntil))
+		}
+		waitCond(ctx, s.changed, wait)
 	}
 }
+
+// WaitDurable implements fs.DurableWaiter: it waits for the newest
+// pending entry (entries commit in order).
+func (s *store) WaitDurable(ctx context.Context) error {
+	s.mu.RLock()
+	var last *pending
+	if n := len(s.queue); n > 0 {
+		last = s.queue[n-1]
+	}
+	s.mu.RUnlock()
+	if last == nil {
+		return nil
+	}
+	return last.wait(ctx)
+}
+
+var _ fs.DurableWaiter = (*store)(nil)
+
+// drain holds new writes for up to hold (or until release) and returns
+// once every pending entry is durable (or aborted).
+func (s *store) drain(ctx context.Context, hold time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holdUntil = time.Now().Add(hold)
+	for len(s.queue) > 0 {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("meta: draining the table store: %w", err)
+		}
+		waitCond(ctx, s.changed, 50*time.Millisecond)
+	}
+	return nil
+}
+
+// release lets writes through again after drain.
+func (s *store) release() {
+	s.mu.Lock()
+	s.holdUntil = time.Time{}
+	s.mu.Unlock()
+	s.changed.Broadcast()
+}
+
+// drainHold bounds how long a drain holds writes when nothing releases
+// them (its snapshot's coordinator died).
+const drainHold = 10 * time.Second
 
 // writeEpochLocked returns the write epoch every owned table is at, and
 // false while one is frozen or they disagree.
@@ -508,9 +593,10 @@ func (s *store) Scan(ctx context.Context, from, to []byte, fn func(k, v []byte) 
 		if to != nil && bytes.Compare(to, hi) < 0 {
 			stop = to
 		}
+		session := fs.SessionOf(ctx)
 		s.kv.AscendFunc(btreemap.GE(string(start)), btreemap.LT(string(stop)), func(k string, e *entry) bool {
-			if e.pending != nil && (seen == nil || e.pending.seq > seen.seq) {
-				seen = e.pending
+			if p := e.pending; p != nil && (p.session == 0 || p.session != session) && (seen == nil || p.seq > seen.seq) {
+				seen = p
 			}
 			if !e.deleted {
 				kvs = append(kvs, btree.KV{Key: []byte(k), Value: e.val})

@@ -228,8 +228,26 @@ func TestStoreGroupCommitAndAbort(t *testing.T) {
 	if commits >= workers*files {
 		t.Errorf("%d commits for %d concurrent creates: no group commit", commits, workers*files)
 	}
-	// Fail the next commits: every create in flight fails and is not there.
+	// Fail the next commits, fewer times than the committer tries: every
+	// create in flight succeeds once a retry lands.
 	fp.armed.Store(3)
+	for w := range workers {
+		wg.Go(func() {
+			if _, err := e.engine.Create(ctx, dirs[w], "retried", 0o644, fs.Cred{}); err != nil {
+				t.Errorf("create during failing commits that are retried: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	for w := range workers {
+		if _, err := e.engine.Lookup(ctx, dirs[w], "retried"); err != nil {
+			t.Fatalf("a create retried through failing commits is not there: %v", err)
+		}
+	}
+	// Fail them past the committer's tries: every create in flight fails
+	// and is not there.
+	e.st.retryWait = time.Millisecond
+	fp.armed.Store(1000)
 	var failed, done atomic.Int32
 	for w := range workers {
 		wg.Go(func() {
@@ -245,6 +263,7 @@ func TestStoreGroupCommitAndAbort(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	fp.armed.Store(0)
 	if failed.Load() == 0 {
 		t.Fatal("no create failed while commits failed")
 	}
@@ -268,7 +287,7 @@ func TestStoreGroupCommitAndAbort(t *testing.T) {
 	if err != nil || !rep.OK() {
 		t.Fatalf("check: %v %+v", err, rep)
 	}
-	if rep.Objects != 1+workers+workers*files+int(failed.Load()*0)+countLate(t, e, dirs) {
+	if rep.Objects != 1+workers+workers*files+workers+countLate(t, e, dirs) {
 		t.Fatalf("%d objects", rep.Objects)
 	}
 }

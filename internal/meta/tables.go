@@ -39,12 +39,14 @@ func (s *store) acquire(ctx context.Context, a assignment) error {
 		return err
 	}
 	var h *tableHeader
+	clean := true
 	err = s.tree.Update(ctx, func(tx *btree.Txn) error {
 		v, ok, err := tx.Get(headerKey(s.f, a.r.Lo))
 		if err != nil {
 			return err
 		}
 		h = &tableHeader{W: sbEpoch}
+		clean = true // a table never served has nothing to replay
 		if ok {
 			if h, err = decodeHeader(v); err != nil {
 				return err
@@ -52,8 +54,9 @@ func (s *store) acquire(ctx context.Context, a assignment) error {
 			if h.Epoch > a.epoch || (h.Epoch == a.epoch && h.Table == a.id && h.Owner != s.node) {
 				return fmt.Errorf("%w: table %d header at epoch %d (owner %d), assignment at %d", errStaleAssignment, a.id, h.Epoch, h.Owner, a.epoch)
 			}
+			clean = h.Clean
 		}
-		h.Table, h.Epoch, h.Owner, h.Lo, h.Hi = a.id, a.epoch, s.node, a.r.Lo, a.r.Hi
+		h.Table, h.Epoch, h.Owner, h.Lo, h.Hi, h.Clean = a.id, a.epoch, s.node, a.r.Lo, a.r.Hi, false
 		if h.Frozen == 0 {
 			// A table that was not served when a snapshot was taken (new,
 			// or between owners) writes past it from now on.
@@ -104,6 +107,12 @@ func (s *store) acquire(ctx context.Context, a assignment) error {
 	if h.Frozen != 0 {
 		t.frozenSince = time.Now()
 	}
+	if !clean {
+		// The last owner may have answered writes early that it never
+		// made durable: their sessions replay them before anyone else is
+		// served (doc.go, Early replies).
+		t.gateAll, t.gateUntil = true, time.Now().Add(gateTimeout)
+	}
 	s.tables = append(s.tables, t)
 	slices.SortFunc(s.tables, func(x, y *table) int {
 		if x.r.Lo < y.r.Lo {
@@ -113,8 +122,77 @@ func (s *store) acquire(ctx context.Context, a assignment) error {
 	})
 	s.publishServedLocked()
 	s.changed.Broadcast()
-	s.log.Info("serving table", "table", a.id, "range", a.r, "epoch", a.epoch, "w", h.W, "frozen", h.Frozen)
+	s.log.Info("serving table", "table", a.id, "range", a.r, "epoch", a.epoch, "w", h.W, "frozen", h.Frozen, "clean", clean)
 	return nil
+}
+
+// gateTimeout bounds a replay gate: a session that has not replayed by
+// then (dead with its unsafe writes, or cut off) is not waited for, and
+// its late replays may find the table changed (they fail, and its client
+// reports the loss).
+const gateTimeout = 5 * time.Second
+
+// gatedLocked reports whether t's replay gate holds requests other than
+// replays; it lifts a gate whose sessions all synced or whose time ran
+// out. Callers hold mu (a read lock is enough: lifting races harmlessly).
+func (s *store) gatedLocked(t *table) bool {
+	if t.gateUntil.IsZero() {
+		return false
+	}
+	if time.Now().Before(t.gateUntil) {
+		if len(t.gateSessions) > 0 {
+			return true
+		}
+		if t.gateAll && !s.syncedAll(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// syncedAll reports whether every live session, as read since t was
+// taken, has synced its opens (and replayed) to this owner. Callers hold
+// mu.
+func (s *store) syncedAll(t *table) bool {
+	s.opensMu.Lock()
+	defer s.opensMu.Unlock()
+	if !s.liveAt.After(t.since) {
+		return false
+	}
+	for _, sess := range s.live {
+		if !s.synced[t.id][sess] {
+			return false
+		}
+	}
+	return true
+}
+
+// waitGate waits while directory id d's table holds requests other than
+// replays (a replay passes at once).
+func (s *store) waitGate(ctx context.Context, d uint64, replay bool) error {
+	if replay {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		t := s.tableOf(d)
+		if t == nil || !s.gatedLocked(t) {
+			if t != nil && !t.gateUntil.IsZero() {
+				if time.Now().After(t.gateUntil) {
+					s.opensMu.Lock()
+					s.log.Warn("a table's replay gate timed out; serving it", "table", t.id, "waiting_for", len(t.gateSessions), "live", s.live, "live_at", s.liveAt, "since", t.since, "synced", s.synced[t.id])
+					s.opensMu.Unlock()
+				}
+				t.gateUntil, t.gateAll, t.gateSessions = time.Time{}, false, nil
+			}
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("meta: waiting for sessions to replay to table %d: %w", t.id, err)
+		}
+		waitCond(ctx, s.changed, time.Until(t.gateUntil))
+	}
 }
 
 func rangesOverlap(a, b fs.DRange) bool {
@@ -279,8 +357,9 @@ func (s *store) has(id, epoch uint64) bool {
 // setLive records the live sessions, read from their records at at.
 func (s *store) setLive(sessions []uint64, at time.Time) {
 	s.opensMu.Lock()
-	defer s.opensMu.Unlock()
 	s.live, s.liveAt = sessions, at
+	s.opensMu.Unlock()
+	s.changed.Broadcast()
 }
 
 // addLive records a session that just renewed its record here.
@@ -304,6 +383,20 @@ func (s *store) syncedOpens(id, epoch, session uint64) bool {
 	s.synced[id][session] = true
 	s.opensMu.Unlock()
 	return true
+}
+
+// replayed records that session has replayed its early writes lost in
+// table id (SyncOpens ends its replays): the table's gate no longer waits
+// for it.
+func (s *store) replayed(id, session uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.tables {
+		if t.id == id && t.gateSessions[session] {
+			delete(t.gateSessions, session)
+		}
+	}
+	s.changed.Broadcast()
 }
 
 // serves reports whether directory id d's table is served here, and
@@ -383,20 +476,53 @@ func (s *store) pause(ctx context.Context, id uint64) (resume func(), err error)
 			last = p
 		}
 	}
+	gated := s.gatedLocked(t)
 	s.mu.Unlock()
+	marked := false
 	resume = func() {
+		if marked {
+			if err := s.markClean(ctx, t, false); err != nil {
+				s.log.Warn("clearing a paused table's clean mark; dropping it", "table", t.id, "err", err)
+				s.drop(ctx, t.id)
+				return
+			}
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		t.serving = true
 		s.changed.Broadcast()
 	}
 	if last != nil {
-		if err := last.wait(ctx); err != nil && !errors.Is(err, errRetry) {
+		if err := last.wait(ctx); err != nil {
+			if errors.Is(err, errRetry) {
+				return resume, nil // lost: the next owner must let sessions replay
+			}
 			resume()
 			return nil, err
 		}
 	}
+	if !gated {
+		// Every write answered is durable: the next owner need not wait
+		// for replays.
+		if err := s.markClean(ctx, t, true); err != nil {
+			s.log.Info("marking a paused table clean; its next owner waits for replays", "table", t.id, "err", err)
+		} else {
+			marked = true
+		}
+	}
 	return resume, nil
+}
+
+// markClean sets t's header's Clean flag, if the header still names this
+// owner at t's epoch.
+func (s *store) markClean(ctx context.Context, t *table, clean bool) error {
+	return updateHeader(ctx, s.tree, s.f, t.r.Lo, func(h *tableHeader) bool {
+		if h.Epoch != t.epoch || h.Owner != s.node || h.Clean == clean {
+			return false
+		}
+		h.Clean = clean
+		return true
+	})
 }
 
 // forget removes table id, just split at directory id at, from the
@@ -503,4 +629,23 @@ func copyReplies(ctx context.Context, tree *btree.Tree, f, from, to uint64) erro
 		}
 	}
 	return nil
+}
+
+// markAllClean marks clean every table served here that holds no replay
+// gate (a drained store at stop).
+func (s *store) markAllClean(ctx context.Context) {
+	s.mu.Lock()
+	var ts []*table
+	for _, t := range s.tables {
+		if !s.gatedLocked(t) {
+			t.serving = false
+			ts = append(ts, t)
+		}
+	}
+	s.mu.Unlock()
+	for _, t := range ts {
+		if err := s.markClean(ctx, t, true); err != nil {
+			s.log.Info("marking a table clean at stop", "table", t.id, "err", err)
+		}
+	}
 }

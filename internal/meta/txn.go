@@ -22,11 +22,17 @@ type txn struct {
 	ctx   context.Context
 	write bool
 	err   error
+	// session is the operation's (fs.WithSession): its own writes not yet
+	// durable are read without waiting for them. durable: the engine asked
+	// for a durable answer (fs.DurableTxn).
+	session uint64
+	durable bool
 
 	writes map[string]*bufWrite
 	order  []string // written keys, first write first
 	// tables are the owned tables the writes touch; seen is the newest
-	// pending write read (readers wait for it to be durable).
+	// pending write of another session read (the transaction's answer
+	// waits for it to be durable: doc.go, Early replies).
 	tables []*table
 	seen   *pending
 }
@@ -41,6 +47,10 @@ type bufWrite struct {
 
 var _ fs.MetaTxn = (*txn)(nil)
 var _ fs.EpochTxn = (*txn)(nil)
+var _ fs.DurableTxn = (*txn)(nil)
+
+// RequireDurable implements fs.DurableTxn.
+func (tx *txn) RequireDurable() { tx.durable = true }
 
 func (tx *txn) fail(err error) error {
 	if tx.err == nil {
@@ -122,9 +132,17 @@ func (tx *txn) Get(k []byte) ([]byte, bool, error) {
 	return bytes.Clone(e.val), true, nil
 }
 
+// saw notes that the transaction read e: a write of another session not
+// yet durable must be before the transaction's answer. The session's own
+// need not: it holds them itself until they are (an early answer), or
+// waits for them in its own operation.
 func (tx *txn) saw(e *entry) {
-	if e.pending != nil && (tx.seen == nil || e.pending.seq > tx.seen.seq) {
-		tx.seen = e.pending
+	p := e.pending
+	if p == nil || (p.session != 0 && p.session == tx.session) {
+		return
+	}
+	if tx.seen == nil || p.seq > tx.seen.seq {
+		tx.seen = p
 	}
 }
 

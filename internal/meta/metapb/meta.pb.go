@@ -91,7 +91,7 @@ func (x Error_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Error_Kind.Descriptor instead.
 func (Error_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{4, 0}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{5, 0}
 }
 
 type CreateRequest_Kind int32
@@ -143,7 +143,7 @@ func (x CreateRequest_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CreateRequest_Kind.Descriptor instead.
 func (CreateRequest_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{10, 0}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{11, 0}
 }
 
 type XattrRequest_Op int32
@@ -195,7 +195,7 @@ func (x XattrRequest_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use XattrRequest_Op.Descriptor instead.
 func (XattrRequest_Op) EnumDescriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{19, 0}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{20, 0}
 }
 
 type TablesRequest_Op int32
@@ -207,6 +207,10 @@ const (
 	TablesRequest_SWEEP TablesRequest_Op = 1
 	// Read the delegation map now (a table was given to this server).
 	TablesRequest_FOLLOW TablesRequest_Op = 2
+	// Hold new writes to the file system's tables (until the next REFRESH,
+	// or a bound) and answer once every write answered is durable: a
+	// snapshot about to freeze the tables loses no early answer.
+	TablesRequest_DRAIN TablesRequest_Op = 3
 )
 
 // Enum value maps for TablesRequest_Op.
@@ -215,11 +219,13 @@ var (
 		0: "REFRESH",
 		1: "SWEEP",
 		2: "FOLLOW",
+		3: "DRAIN",
 	}
 	TablesRequest_Op_value = map[string]int32{
 		"REFRESH": 0,
 		"SWEEP":   1,
 		"FOLLOW":  2,
+		"DRAIN":   3,
 	}
 )
 
@@ -247,7 +253,7 @@ func (x TablesRequest_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TablesRequest_Op.Descriptor instead.
 func (TablesRequest_Op) EnumDescriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{50, 0}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{54, 0}
 }
 
 // Header comes with every file-system request.
@@ -262,8 +268,18 @@ type Header struct {
 	// A mutating request that must apply once carries a request id: a slot
 	// of the session (a request in flight per slot) and a sequence number
 	// that grows per slot. A retry carries the same id. 0: not recorded.
-	Slot          uint64 `protobuf:"varint,4,opt,name=slot,proto3" json:"slot,omitempty"`
-	Seq           uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	Slot uint64 `protobuf:"varint,4,opt,name=slot,proto3" json:"slot,omitempty"`
+	Seq  uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// early asks for an early ("unsafe") answer (internal/meta doc.go,
+	// Early replies): the server may answer once the operation is applied
+	// to its cache, before it is durable, and says so in the answer's Ack.
+	// Only recorded requests are answered early.
+	Early bool `protobuf:"varint,6,opt,name=early,proto3" json:"early,omitempty"`
+	// replay marks a request answered early before and sent again after
+	// its server lost it (a failover, an aborted commit): it passes a table's
+	// replay gate, and now_ns is the time it first ran at (its timestamps).
+	Replay        bool  `protobuf:"varint,7,opt,name=replay,proto3" json:"replay,omitempty"`
+	NowNs         int64 `protobuf:"varint,8,opt,name=now_ns,json=nowNs,proto3" json:"now_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -333,6 +349,119 @@ func (x *Header) GetSeq() uint64 {
 	return 0
 }
 
+func (x *Header) GetEarly() bool {
+	if x != nil {
+		return x.Early
+	}
+	return false
+}
+
+func (x *Header) GetReplay() bool {
+	if x != nil {
+		return x.Replay
+	}
+	return false
+}
+
+func (x *Header) GetNowNs() int64 {
+	if x != nil {
+		return x.NowNs
+	}
+	return 0
+}
+
+// Ack says how durable an answered mutation is. seq 0: durable when
+// answered. Otherwise it was applied at the server's store (an
+// incarnation of one file system's table store on one server) as entry
+// seq while the store had aborted gen batches, and is durable once the
+// store reports durable >= seq with no abort since (gen unchanged); after
+// an abort, WaitSafe says which entries the aborts lost. durable and
+// store_gen are the store's when it answered. now_ns is the time the
+// operation ran at (a replay sends it back).
+type Ack struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Store         uint64                 `protobuf:"varint,1,opt,name=store,proto3" json:"store,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Gen           uint64                 `protobuf:"varint,3,opt,name=gen,proto3" json:"gen,omitempty"`
+	Durable       uint64                 `protobuf:"varint,4,opt,name=durable,proto3" json:"durable,omitempty"`
+	StoreGen      uint64                 `protobuf:"varint,5,opt,name=store_gen,json=storeGen,proto3" json:"store_gen,omitempty"`
+	NowNs         int64                  `protobuf:"varint,6,opt,name=now_ns,json=nowNs,proto3" json:"now_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ack) Reset() {
+	*x = Ack{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ack) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ack) ProtoMessage() {}
+
+func (x *Ack) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ack.ProtoReflect.Descriptor instead.
+func (*Ack) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Ack) GetStore() uint64 {
+	if x != nil {
+		return x.Store
+	}
+	return 0
+}
+
+func (x *Ack) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Ack) GetGen() uint64 {
+	if x != nil {
+		return x.Gen
+	}
+	return 0
+}
+
+func (x *Ack) GetDurable() uint64 {
+	if x != nil {
+		return x.Durable
+	}
+	return 0
+}
+
+func (x *Ack) GetStoreGen() uint64 {
+	if x != nil {
+		return x.StoreGen
+	}
+	return 0
+}
+
+func (x *Ack) GetNowNs() int64 {
+	if x != nil {
+		return x.NowNs
+	}
+	return 0
+}
+
 type Handle struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	D             uint64                 `protobuf:"varint,1,opt,name=d,proto3" json:"d,omitempty"`
@@ -343,7 +472,7 @@ type Handle struct {
 
 func (x *Handle) Reset() {
 	*x = Handle{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[1]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -355,7 +484,7 @@ func (x *Handle) String() string {
 func (*Handle) ProtoMessage() {}
 
 func (x *Handle) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[1]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -368,7 +497,7 @@ func (x *Handle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handle.ProtoReflect.Descriptor instead.
 func (*Handle) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{1}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Handle) GetD() uint64 {
@@ -395,7 +524,7 @@ type Cred struct {
 
 func (x *Cred) Reset() {
 	*x = Cred{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[2]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +536,7 @@ func (x *Cred) String() string {
 func (*Cred) ProtoMessage() {}
 
 func (x *Cred) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[2]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +549,7 @@ func (x *Cred) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cred.ProtoReflect.Descriptor instead.
 func (*Cred) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{2}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Cred) GetUid() uint32 {
@@ -461,7 +590,7 @@ type Attr struct {
 
 func (x *Attr) Reset() {
 	*x = Attr{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[3]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +602,7 @@ func (x *Attr) String() string {
 func (*Attr) ProtoMessage() {}
 
 func (x *Attr) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[3]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +615,7 @@ func (x *Attr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attr.ProtoReflect.Descriptor instead.
 func (*Attr) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{3}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Attr) GetHandle() *Handle {
@@ -613,7 +742,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +754,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +767,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{4}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Error) GetKind() Error_Kind {
@@ -666,13 +795,14 @@ type AttrResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Attr          *Attr                  `protobuf:"bytes,2,opt,name=attr,proto3" json:"attr,omitempty"`
+	Ack           *Ack                   `protobuf:"bytes,3,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AttrResponse) Reset() {
 	*x = AttrResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +814,7 @@ func (x *AttrResponse) String() string {
 func (*AttrResponse) ProtoMessage() {}
 
 func (x *AttrResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +827,7 @@ func (x *AttrResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttrResponse.ProtoReflect.Descriptor instead.
 func (*AttrResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{5}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AttrResponse) GetError() *Error {
@@ -714,16 +844,24 @@ func (x *AttrResponse) GetAttr() *Attr {
 	return nil
 }
 
+func (x *AttrResponse) GetAck() *Ack {
+	if x != nil {
+		return x.Ack
+	}
+	return nil
+}
+
 type ErrorResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Ack           *Ack                   `protobuf:"bytes,2,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ErrorResponse) Reset() {
 	*x = ErrorResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +873,7 @@ func (x *ErrorResponse) String() string {
 func (*ErrorResponse) ProtoMessage() {}
 
 func (x *ErrorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,12 +886,19 @@ func (x *ErrorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorResponse.ProtoReflect.Descriptor instead.
 func (*ErrorResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{6}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ErrorResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
+	}
+	return nil
+}
+
+func (x *ErrorResponse) GetAck() *Ack {
+	if x != nil {
+		return x.Ack
 	}
 	return nil
 }
@@ -769,7 +914,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +926,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +939,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{7}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LookupRequest) GetHeader() *Header {
@@ -828,7 +973,7 @@ type GetAttrRequest struct {
 
 func (x *GetAttrRequest) Reset() {
 	*x = GetAttrRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +985,7 @@ func (x *GetAttrRequest) String() string {
 func (*GetAttrRequest) ProtoMessage() {}
 
 func (x *GetAttrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +998,7 @@ func (x *GetAttrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrRequest.ProtoReflect.Descriptor instead.
 func (*GetAttrRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{8}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetAttrRequest) GetHeader() *Header {
@@ -888,7 +1033,7 @@ type SetAttrRequest struct {
 
 func (x *SetAttrRequest) Reset() {
 	*x = SetAttrRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1045,7 @@ func (x *SetAttrRequest) String() string {
 func (*SetAttrRequest) ProtoMessage() {}
 
 func (x *SetAttrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1058,7 @@ func (x *SetAttrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAttrRequest.ProtoReflect.Descriptor instead.
 func (*SetAttrRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{9}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetAttrRequest) GetHeader() *Header {
@@ -997,14 +1142,19 @@ type CreateRequest struct {
 	Cred   *Cred                  `protobuf:"bytes,7,opt,name=cred,proto3" json:"cred,omitempty"`
 	Target string                 `protobuf:"bytes,8,opt,name=target,proto3" json:"target,omitempty"`
 	// FILE only: open the new file for the session.
-	Open          bool `protobuf:"varint,9,opt,name=open,proto3" json:"open,omitempty"`
+	Open bool `protobuf:"varint,9,opt,name=open,proto3" json:"open,omitempty"`
+	// A replay (Header.replay) of a create answered early names what the
+	// first run gave: the new object's handle and (files) blob, which the
+	// run again must reproduce.
+	Want          *Handle `protobuf:"bytes,10,opt,name=want,proto3" json:"want,omitempty"`
+	WantBlob      []byte  `protobuf:"bytes,11,opt,name=want_blob,json=wantBlob,proto3" json:"want_blob,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1166,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1179,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{10}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateRequest) GetHeader() *Header {
@@ -1095,6 +1245,20 @@ func (x *CreateRequest) GetOpen() bool {
 	return false
 }
 
+func (x *CreateRequest) GetWant() *Handle {
+	if x != nil {
+		return x.Want
+	}
+	return nil
+}
+
+func (x *CreateRequest) GetWantBlob() []byte {
+	if x != nil {
+		return x.WantBlob
+	}
+	return nil
+}
+
 type ReadlinkRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -1105,7 +1269,7 @@ type ReadlinkRequest struct {
 
 func (x *ReadlinkRequest) Reset() {
 	*x = ReadlinkRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1281,7 @@ func (x *ReadlinkRequest) String() string {
 func (*ReadlinkRequest) ProtoMessage() {}
 
 func (x *ReadlinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1294,7 @@ func (x *ReadlinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkRequest.ProtoReflect.Descriptor instead.
 func (*ReadlinkRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{11}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReadlinkRequest) GetHeader() *Header {
@@ -1157,7 +1321,7 @@ type ReadlinkResponse struct {
 
 func (x *ReadlinkResponse) Reset() {
 	*x = ReadlinkResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1333,7 @@ func (x *ReadlinkResponse) String() string {
 func (*ReadlinkResponse) ProtoMessage() {}
 
 func (x *ReadlinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1346,7 @@ func (x *ReadlinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkResponse.ProtoReflect.Descriptor instead.
 func (*ReadlinkResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{12}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReadlinkResponse) GetError() *Error {
@@ -1211,7 +1375,7 @@ type LinkRequest struct {
 
 func (x *LinkRequest) Reset() {
 	*x = LinkRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1387,7 @@ func (x *LinkRequest) String() string {
 func (*LinkRequest) ProtoMessage() {}
 
 func (x *LinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1400,7 @@ func (x *LinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
 func (*LinkRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{13}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LinkRequest) GetHeader() *Header {
@@ -1280,7 +1444,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1456,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1469,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{14}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RemoveRequest) GetHeader() *Header {
@@ -1350,7 +1514,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1526,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1539,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{15}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RenameRequest) GetHeader() *Header {
@@ -1434,7 +1598,7 @@ type ReadDirRequest struct {
 
 func (x *ReadDirRequest) Reset() {
 	*x = ReadDirRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1610,7 @@ func (x *ReadDirRequest) String() string {
 func (*ReadDirRequest) ProtoMessage() {}
 
 func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1623,7 @@ func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirRequest.ProtoReflect.Descriptor instead.
 func (*ReadDirRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{16}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReadDirRequest) GetHeader() *Header {
@@ -1511,7 +1675,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1687,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1700,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{17}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DirEntry) GetName() string {
@@ -1584,7 +1748,7 @@ type ReadDirResponse struct {
 
 func (x *ReadDirResponse) Reset() {
 	*x = ReadDirResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1760,7 @@ func (x *ReadDirResponse) String() string {
 func (*ReadDirResponse) ProtoMessage() {}
 
 func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1773,7 @@ func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirResponse.ProtoReflect.Descriptor instead.
 func (*ReadDirResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{18}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReadDirResponse) GetError() *Error {
@@ -1640,7 +1804,7 @@ type XattrRequest struct {
 
 func (x *XattrRequest) Reset() {
 	*x = XattrRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1816,7 @@ func (x *XattrRequest) String() string {
 func (*XattrRequest) ProtoMessage() {}
 
 func (x *XattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1829,7 @@ func (x *XattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use XattrRequest.ProtoReflect.Descriptor instead.
 func (*XattrRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{19}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *XattrRequest) GetHeader() *Header {
@@ -1715,13 +1879,14 @@ type XattrResponse struct {
 	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	Names         []string               `protobuf:"bytes,3,rep,name=names,proto3" json:"names,omitempty"`
+	Ack           *Ack                   `protobuf:"bytes,4,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *XattrResponse) Reset() {
 	*x = XattrResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1898,7 @@ func (x *XattrResponse) String() string {
 func (*XattrResponse) ProtoMessage() {}
 
 func (x *XattrResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1911,7 @@ func (x *XattrResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use XattrResponse.ProtoReflect.Descriptor instead.
 func (*XattrResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{20}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *XattrResponse) GetError() *Error {
@@ -1770,6 +1935,13 @@ func (x *XattrResponse) GetNames() []string {
 	return nil
 }
 
+func (x *XattrResponse) GetAck() *Ack {
+	if x != nil {
+		return x.Ack
+	}
+	return nil
+}
+
 type OpenRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -1780,7 +1952,7 @@ type OpenRequest struct {
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1964,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1977,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{21}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OpenRequest) GetHeader() *Header {
@@ -1825,7 +1997,10 @@ func (x *OpenRequest) GetHandle() *Handle {
 // SyncOpensRequest tells a table's owner, at the delegation epoch the
 // session found it at, every file the session holds open in the table
 // (possibly none). Until each live session has, the owner does not
-// reclaim at once the files of the table that lose their last name.
+// reclaim at once the files of the table that lose their last name. It
+// also says the session has replayed what it must there: a table taken
+// over without a clean handover serves nobody else until each live
+// session has synced (or a bound passes).
 type SyncOpensRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -1838,7 +2013,7 @@ type SyncOpensRequest struct {
 
 func (x *SyncOpensRequest) Reset() {
 	*x = SyncOpensRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +2025,7 @@ func (x *SyncOpensRequest) String() string {
 func (*SyncOpensRequest) ProtoMessage() {}
 
 func (x *SyncOpensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +2038,7 @@ func (x *SyncOpensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncOpensRequest.ProtoReflect.Descriptor instead.
 func (*SyncOpensRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{22}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SyncOpensRequest) GetHeader() *Header {
@@ -1903,7 +2078,7 @@ type StatFSRequest struct {
 
 func (x *StatFSRequest) Reset() {
 	*x = StatFSRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2090,7 @@ func (x *StatFSRequest) String() string {
 func (*StatFSRequest) ProtoMessage() {}
 
 func (x *StatFSRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2103,7 @@ func (x *StatFSRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFSRequest.ProtoReflect.Descriptor instead.
 func (*StatFSRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{23}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatFSRequest) GetHeader() *Header {
@@ -1955,7 +2130,7 @@ type StatFSResponse struct {
 
 func (x *StatFSResponse) Reset() {
 	*x = StatFSResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2142,7 @@ func (x *StatFSResponse) String() string {
 func (*StatFSResponse) ProtoMessage() {}
 
 func (x *StatFSResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2155,7 @@ func (x *StatFSResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFSResponse.ProtoReflect.Descriptor instead.
 func (*StatFSResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{24}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatFSResponse) GetError() *Error {
@@ -2059,7 +2234,7 @@ type FileState struct {
 
 func (x *FileState) Reset() {
 	*x = FileState{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2246,7 @@ func (x *FileState) String() string {
 func (*FileState) ProtoMessage() {}
 
 func (x *FileState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2259,7 @@ func (x *FileState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileState.ProtoReflect.Descriptor instead.
 func (*FileState) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{25}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FileState) GetMode() uint32 {
@@ -2134,7 +2309,7 @@ type BlockRef struct {
 
 func (x *BlockRef) Reset() {
 	*x = BlockRef{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2321,7 @@ func (x *BlockRef) String() string {
 func (*BlockRef) ProtoMessage() {}
 
 func (x *BlockRef) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2334,7 @@ func (x *BlockRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockRef.ProtoReflect.Descriptor instead.
 func (*BlockRef) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{26}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BlockRef) GetFound() bool {
@@ -2201,7 +2376,7 @@ type FileBlocksRequest struct {
 
 func (x *FileBlocksRequest) Reset() {
 	*x = FileBlocksRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2388,7 @@ func (x *FileBlocksRequest) String() string {
 func (*FileBlocksRequest) ProtoMessage() {}
 
 func (x *FileBlocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2401,7 @@ func (x *FileBlocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileBlocksRequest.ProtoReflect.Descriptor instead.
 func (*FileBlocksRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{27}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FileBlocksRequest) GetHeader() *Header {
@@ -2261,7 +2436,7 @@ type FileBlocksResponse struct {
 
 func (x *FileBlocksResponse) Reset() {
 	*x = FileBlocksResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2448,7 @@ func (x *FileBlocksResponse) String() string {
 func (*FileBlocksResponse) ProtoMessage() {}
 
 func (x *FileBlocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2461,7 @@ func (x *FileBlocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileBlocksResponse.ProtoReflect.Descriptor instead.
 func (*FileBlocksResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{28}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FileBlocksResponse) GetError() *Error {
@@ -2322,7 +2497,7 @@ type NewBlock struct {
 
 func (x *NewBlock) Reset() {
 	*x = NewBlock{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2509,7 @@ func (x *NewBlock) String() string {
 func (*NewBlock) ProtoMessage() {}
 
 func (x *NewBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2522,7 @@ func (x *NewBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewBlock.ProtoReflect.Descriptor instead.
 func (*NewBlock) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{29}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NewBlock) GetStart() uint64 {
@@ -2392,7 +2567,7 @@ type CommitBlocksRequest struct {
 
 func (x *CommitBlocksRequest) Reset() {
 	*x = CommitBlocksRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2579,7 @@ func (x *CommitBlocksRequest) String() string {
 func (*CommitBlocksRequest) ProtoMessage() {}
 
 func (x *CommitBlocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2592,7 @@ func (x *CommitBlocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitBlocksRequest.ProtoReflect.Descriptor instead.
 func (*CommitBlocksRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{30}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CommitBlocksRequest) GetHeader() *Header {
@@ -2468,13 +2643,14 @@ type CommitBlocksResponse struct {
 	Size          uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
 	DataGen       uint64                 `protobuf:"varint,3,opt,name=data_gen,json=dataGen,proto3" json:"data_gen,omitempty"`
 	Blocks        []*BlockRef            `protobuf:"bytes,4,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	Ack           *Ack                   `protobuf:"bytes,5,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommitBlocksResponse) Reset() {
 	*x = CommitBlocksResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2662,7 @@ func (x *CommitBlocksResponse) String() string {
 func (*CommitBlocksResponse) ProtoMessage() {}
 
 func (x *CommitBlocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2675,7 @@ func (x *CommitBlocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitBlocksResponse.ProtoReflect.Descriptor instead.
 func (*CommitBlocksResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{31}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CommitBlocksResponse) GetError() *Error {
@@ -2530,6 +2706,13 @@ func (x *CommitBlocksResponse) GetBlocks() []*BlockRef {
 	return nil
 }
 
+func (x *CommitBlocksResponse) GetAck() *Ack {
+	if x != nil {
+		return x.Ack
+	}
+	return nil
+}
+
 type SessionRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Header *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -2541,7 +2724,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2736,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2749,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{32}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SessionRequest) GetHeader() *Header {
@@ -2592,7 +2775,7 @@ type CreateFileSystemRequest struct {
 
 func (x *CreateFileSystemRequest) Reset() {
 	*x = CreateFileSystemRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2787,7 @@ func (x *CreateFileSystemRequest) String() string {
 func (*CreateFileSystemRequest) ProtoMessage() {}
 
 func (x *CreateFileSystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2800,7 @@ func (x *CreateFileSystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFileSystemRequest.ProtoReflect.Descriptor instead.
 func (*CreateFileSystemRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{33}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateFileSystemRequest) GetName() string {
@@ -2640,7 +2823,7 @@ type FileSystemResponse struct {
 
 func (x *FileSystemResponse) Reset() {
 	*x = FileSystemResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[34]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2835,7 @@ func (x *FileSystemResponse) String() string {
 func (*FileSystemResponse) ProtoMessage() {}
 
 func (x *FileSystemResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[34]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2848,7 @@ func (x *FileSystemResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileSystemResponse.ProtoReflect.Descriptor instead.
 func (*FileSystemResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{34}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FileSystemResponse) GetError() *Error {
@@ -2705,7 +2888,7 @@ type DeleteFileSystemRequest struct {
 
 func (x *DeleteFileSystemRequest) Reset() {
 	*x = DeleteFileSystemRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[35]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2717,7 +2900,7 @@ func (x *DeleteFileSystemRequest) String() string {
 func (*DeleteFileSystemRequest) ProtoMessage() {}
 
 func (x *DeleteFileSystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[35]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2730,7 +2913,7 @@ func (x *DeleteFileSystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileSystemRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileSystemRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{35}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteFileSystemRequest) GetName() string {
@@ -2752,7 +2935,7 @@ type DeleteFileSystemResponse struct {
 
 func (x *DeleteFileSystemResponse) Reset() {
 	*x = DeleteFileSystemResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[36]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +2947,7 @@ func (x *DeleteFileSystemResponse) String() string {
 func (*DeleteFileSystemResponse) ProtoMessage() {}
 
 func (x *DeleteFileSystemResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[36]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +2960,7 @@ func (x *DeleteFileSystemResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileSystemResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileSystemResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{36}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteFileSystemResponse) GetError() *Error {
@@ -2818,7 +3001,7 @@ type CreateSnapshotRequest struct {
 
 func (x *CreateSnapshotRequest) Reset() {
 	*x = CreateSnapshotRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[37]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +3013,7 @@ func (x *CreateSnapshotRequest) String() string {
 func (*CreateSnapshotRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[37]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +3026,7 @@ func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{37}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateSnapshotRequest) GetFs() uint64 {
@@ -2870,7 +3053,7 @@ type CreateSnapshotResponse struct {
 
 func (x *CreateSnapshotResponse) Reset() {
 	*x = CreateSnapshotResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[38]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2882,7 +3065,7 @@ func (x *CreateSnapshotResponse) String() string {
 func (*CreateSnapshotResponse) ProtoMessage() {}
 
 func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[38]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2895,7 +3078,7 @@ func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{38}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateSnapshotResponse) GetError() *Error {
@@ -2922,7 +3105,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[39]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2934,7 +3117,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[39]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2947,7 +3130,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{39}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteSnapshotRequest) GetFs() uint64 {
@@ -2976,7 +3159,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[40]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3171,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[40]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3184,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{40}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteSnapshotResponse) GetError() *Error {
@@ -3042,7 +3225,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[41]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3237,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[41]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3250,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{41}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CheckRequest) GetFs() uint64 {
@@ -3095,7 +3278,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[42]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3290,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[42]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3303,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{42}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CheckResponse) GetError() *Error {
@@ -3163,7 +3346,7 @@ type TableStats struct {
 
 func (x *TableStats) Reset() {
 	*x = TableStats{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[43]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3358,7 @@ func (x *TableStats) String() string {
 func (*TableStats) ProtoMessage() {}
 
 func (x *TableStats) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[43]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3371,7 @@ func (x *TableStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableStats.ProtoReflect.Descriptor instead.
 func (*TableStats) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{43}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TableStats) GetTable() uint64 {
@@ -3282,6 +3465,211 @@ func (x *TableStats) GetFrozen() uint64 {
 	return 0
 }
 
+// WaitSafe asks the store of file system fs named store (an Ack's) to
+// answer once its durable entry passes after or its abort count passes
+// gen, or when the call's deadline is near.
+type WaitSafeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fs            uint64                 `protobuf:"varint,1,opt,name=fs,proto3" json:"fs,omitempty"`
+	Store         uint64                 `protobuf:"varint,2,opt,name=store,proto3" json:"store,omitempty"`
+	After         uint64                 `protobuf:"varint,3,opt,name=after,proto3" json:"after,omitempty"`
+	Gen           uint64                 `protobuf:"varint,4,opt,name=gen,proto3" json:"gen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitSafeRequest) Reset() {
+	*x = WaitSafeRequest{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitSafeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitSafeRequest) ProtoMessage() {}
+
+func (x *WaitSafeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitSafeRequest.ProtoReflect.Descriptor instead.
+func (*WaitSafeRequest) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *WaitSafeRequest) GetFs() uint64 {
+	if x != nil {
+		return x.Fs
+	}
+	return 0
+}
+
+func (x *WaitSafeRequest) GetStore() uint64 {
+	if x != nil {
+		return x.Store
+	}
+	return 0
+}
+
+func (x *WaitSafeRequest) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+func (x *WaitSafeRequest) GetGen() uint64 {
+	if x != nil {
+		return x.Gen
+	}
+	return 0
+}
+
+// SeqRange is a range of a store's entries, both ends included.
+type SeqRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          uint64                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint64                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeqRange) Reset() {
+	*x = SeqRange{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeqRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeqRange) ProtoMessage() {}
+
+func (x *SeqRange) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeqRange.ProtoReflect.Descriptor instead.
+func (*SeqRange) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SeqRange) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *SeqRange) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+// WaitSafeResponse: durable is the store's newest durable entry and gen
+// its abort count; lost, the entries the aborts after the request's gen
+// lost (their answers may have been early: their sessions replay them).
+// unknown: the store is not there (its server restarted), so every entry
+// of it not known durable may be lost.
+type WaitSafeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Durable       uint64                 `protobuf:"varint,2,opt,name=durable,proto3" json:"durable,omitempty"`
+	Gen           uint64                 `protobuf:"varint,3,opt,name=gen,proto3" json:"gen,omitempty"`
+	Lost          []*SeqRange            `protobuf:"bytes,4,rep,name=lost,proto3" json:"lost,omitempty"`
+	Unknown       bool                   `protobuf:"varint,5,opt,name=unknown,proto3" json:"unknown,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitSafeResponse) Reset() {
+	*x = WaitSafeResponse{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitSafeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitSafeResponse) ProtoMessage() {}
+
+func (x *WaitSafeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitSafeResponse.ProtoReflect.Descriptor instead.
+func (*WaitSafeResponse) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *WaitSafeResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *WaitSafeResponse) GetDurable() uint64 {
+	if x != nil {
+		return x.Durable
+	}
+	return 0
+}
+
+func (x *WaitSafeResponse) GetGen() uint64 {
+	if x != nil {
+		return x.Gen
+	}
+	return 0
+}
+
+func (x *WaitSafeResponse) GetLost() []*SeqRange {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
+func (x *WaitSafeResponse) GetUnknown() bool {
+	if x != nil {
+		return x.Unknown
+	}
+	return false
+}
+
 type TableStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Count every table's inodes in the tree (slower) instead of those
@@ -3293,7 +3681,7 @@ type TableStatsRequest struct {
 
 func (x *TableStatsRequest) Reset() {
 	*x = TableStatsRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[44]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3693,7 @@ func (x *TableStatsRequest) String() string {
 func (*TableStatsRequest) ProtoMessage() {}
 
 func (x *TableStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[44]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3706,7 @@ func (x *TableStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableStatsRequest.ProtoReflect.Descriptor instead.
 func (*TableStatsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{44}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TableStatsRequest) GetExact() bool {
@@ -3337,7 +3725,7 @@ type TableStatsResponse struct {
 
 func (x *TableStatsResponse) Reset() {
 	*x = TableStatsResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[45]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3737,7 @@ func (x *TableStatsResponse) String() string {
 func (*TableStatsResponse) ProtoMessage() {}
 
 func (x *TableStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[45]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3362,7 +3750,7 @@ func (x *TableStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableStatsResponse.ProtoReflect.Descriptor instead.
 func (*TableStatsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{45}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TableStatsResponse) GetTables() []*TableStats {
@@ -3382,7 +3770,7 @@ type MoveTableRequest struct {
 
 func (x *MoveTableRequest) Reset() {
 	*x = MoveTableRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[46]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3394,7 +3782,7 @@ func (x *MoveTableRequest) String() string {
 func (*MoveTableRequest) ProtoMessage() {}
 
 func (x *MoveTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[46]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3407,7 +3795,7 @@ func (x *MoveTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveTableRequest.ProtoReflect.Descriptor instead.
 func (*MoveTableRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{46}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MoveTableRequest) GetTable() uint64 {
@@ -3434,7 +3822,7 @@ type MoveTableResponse struct {
 
 func (x *MoveTableResponse) Reset() {
 	*x = MoveTableResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[47]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3834,7 @@ func (x *MoveTableResponse) String() string {
 func (*MoveTableResponse) ProtoMessage() {}
 
 func (x *MoveTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[47]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3847,7 @@ func (x *MoveTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveTableResponse.ProtoReflect.Descriptor instead.
 func (*MoveTableResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{47}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MoveTableResponse) GetError() *Error {
@@ -3487,7 +3875,7 @@ type SplitTableRequest struct {
 
 func (x *SplitTableRequest) Reset() {
 	*x = SplitTableRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[48]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3887,7 @@ func (x *SplitTableRequest) String() string {
 func (*SplitTableRequest) ProtoMessage() {}
 
 func (x *SplitTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[48]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3900,7 @@ func (x *SplitTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitTableRequest.ProtoReflect.Descriptor instead.
 func (*SplitTableRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{48}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SplitTableRequest) GetTable() uint64 {
@@ -3540,7 +3928,7 @@ type SplitTableResponse struct {
 
 func (x *SplitTableResponse) Reset() {
 	*x = SplitTableResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[49]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3552,7 +3940,7 @@ func (x *SplitTableResponse) String() string {
 func (*SplitTableResponse) ProtoMessage() {}
 
 func (x *SplitTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[49]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3565,7 +3953,7 @@ func (x *SplitTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitTableResponse.ProtoReflect.Descriptor instead.
 func (*SplitTableResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{49}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SplitTableResponse) GetError() *Error {
@@ -3600,7 +3988,7 @@ type TablesRequest struct {
 
 func (x *TablesRequest) Reset() {
 	*x = TablesRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[50]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3612,7 +4000,7 @@ func (x *TablesRequest) String() string {
 func (*TablesRequest) ProtoMessage() {}
 
 func (x *TablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[50]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3625,7 +4013,7 @@ func (x *TablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TablesRequest.ProtoReflect.Descriptor instead.
 func (*TablesRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{50}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TablesRequest) GetFs() uint64 {
@@ -3654,7 +4042,7 @@ type TablesResponse struct {
 
 func (x *TablesResponse) Reset() {
 	*x = TablesResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[51]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3666,7 +4054,7 @@ func (x *TablesResponse) String() string {
 func (*TablesResponse) ProtoMessage() {}
 
 func (x *TablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[51]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3679,7 +4067,7 @@ func (x *TablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TablesResponse.ProtoReflect.Descriptor instead.
 func (*TablesResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{51}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TablesResponse) GetError() *Error {
@@ -3714,13 +4102,23 @@ var File_internal_meta_metapb_meta_proto protoreflect.FileDescriptor
 
 const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\n" +
-	"\x1finternal/meta/metapb/meta.proto\x12\rarbor.meta.v1\"t\n" +
+	"\x1finternal/meta/metapb/meta.proto\x12\rarbor.meta.v1\"\xb9\x01\n" +
 	"\x06Header\x12\x0e\n" +
 	"\x02fs\x18\x01 \x01(\x04R\x02fs\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\x04R\bsnapshot\x12\x18\n" +
 	"\asession\x18\x03 \x01(\x04R\asession\x12\x12\n" +
 	"\x04slot\x18\x04 \x01(\x04R\x04slot\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"$\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05early\x18\x06 \x01(\bR\x05early\x12\x16\n" +
+	"\x06replay\x18\a \x01(\bR\x06replay\x12\x15\n" +
+	"\x06now_ns\x18\b \x01(\x03R\x05nowNs\"\x8d\x01\n" +
+	"\x03Ack\x12\x14\n" +
+	"\x05store\x18\x01 \x01(\x04R\x05store\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03gen\x18\x03 \x01(\x04R\x03gen\x12\x18\n" +
+	"\adurable\x18\x04 \x01(\x04R\adurable\x12\x1b\n" +
+	"\tstore_gen\x18\x05 \x01(\x04R\bstoreGen\x12\x15\n" +
+	"\x06now_ns\x18\x06 \x01(\x03R\x05nowNs\"$\n" +
 	"\x06Handle\x12\f\n" +
 	"\x01d\x18\x01 \x01(\x04R\x01d\x12\f\n" +
 	"\x01c\x18\x02 \x01(\x04R\x01c\"*\n" +
@@ -3756,12 +4154,14 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\tNOT_OWNER\x10\x02\x12\t\n" +
 	"\x05RETRY\x10\x03\x12\r\n" +
 	"\tAMBIGUOUS\x10\x04\x12\v\n" +
-	"\aINVALID\x10\x05\"c\n" +
+	"\aINVALID\x10\x05\"\x89\x01\n" +
 	"\fAttrResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12'\n" +
-	"\x04attr\x18\x02 \x01(\v2\x13.arbor.meta.v1.AttrR\x04attr\";\n" +
+	"\x04attr\x18\x02 \x01(\v2\x13.arbor.meta.v1.AttrR\x04attr\x12$\n" +
+	"\x03ack\x18\x03 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\"a\n" +
 	"\rErrorResponse\x12*\n" +
-	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\"{\n" +
+	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12$\n" +
+	"\x03ack\x18\x02 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\"{\n" +
 	"\rLookupRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x12'\n" +
 	"\x03dir\x18\x02 \x01(\v2\x15.arbor.meta.v1.HandleR\x03dir\x12\x12\n" +
@@ -3780,7 +4180,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\batime_ns\x18\b \x01(\x03R\aatimeNs\x12\x19\n" +
 	"\bmtime_ns\x18\t \x01(\x03R\amtimeNs\x12\x19\n" +
 	"\bctime_ns\x18\n" +
-	" \x01(\x03R\actimeNs\"\xe7\x02\n" +
+	" \x01(\x03R\actimeNs\"\xaf\x03\n" +
 	"\rCreateRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x125\n" +
 	"\x04kind\x18\x02 \x01(\x0e2!.arbor.meta.v1.CreateRequest.KindR\x04kind\x12'\n" +
@@ -3790,7 +4190,10 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x04rdev\x18\x06 \x01(\x04R\x04rdev\x12'\n" +
 	"\x04cred\x18\a \x01(\v2\x13.arbor.meta.v1.CredR\x04cred\x12\x16\n" +
 	"\x06target\x18\b \x01(\tR\x06target\x12\x12\n" +
-	"\x04open\x18\t \x01(\bR\x04open\"6\n" +
+	"\x04open\x18\t \x01(\bR\x04open\x12)\n" +
+	"\x04want\x18\n" +
+	" \x01(\v2\x15.arbor.meta.v1.HandleR\x04want\x12\x1b\n" +
+	"\twant_blob\x18\v \x01(\fR\bwantBlob\"6\n" +
 	"\x04Kind\x12\b\n" +
 	"\x04FILE\x10\x00\x12\b\n" +
 	"\x04NODE\x10\x01\x12\r\n" +
@@ -3846,11 +4249,12 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x03SET\x10\x01\x12\b\n" +
 	"\x04LIST\x10\x02\x12\n" +
 	"\n" +
-	"\x06REMOVE\x10\x03\"g\n" +
+	"\x06REMOVE\x10\x03\"\x8d\x01\n" +
 	"\rXattrResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
-	"\x05names\x18\x03 \x03(\tR\x05names\"k\n" +
+	"\x05names\x18\x03 \x03(\tR\x05names\x12$\n" +
+	"\x03ack\x18\x04 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\"k\n" +
 	"\vOpenRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x12-\n" +
 	"\x06handle\x18\x02 \x01(\v2\x15.arbor.meta.v1.HandleR\x06handle\"\x9e\x01\n" +
@@ -3902,12 +4306,13 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x04blob\x18\x03 \x01(\fR\x04blob\x12/\n" +
 	"\x06blocks\x18\x04 \x03(\v2\x17.arbor.meta.v1.NewBlockR\x06blocks\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x19\n" +
-	"\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\"\xa2\x01\n" +
+	"\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\"\xc8\x01\n" +
 	"\x14CommitBlocksResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x19\n" +
 	"\bdata_gen\x18\x03 \x01(\x04R\adataGen\x12/\n" +
-	"\x06blocks\x18\x04 \x03(\v2\x17.arbor.meta.v1.BlockRefR\x06blocks\"Q\n" +
+	"\x06blocks\x18\x04 \x03(\v2\x17.arbor.meta.v1.BlockRefR\x06blocks\x12$\n" +
+	"\x03ack\x18\x05 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\"Q\n" +
 	"\x0eSessionRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\bR\x03end\"-\n" +
@@ -3962,7 +4367,21 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x12creates_per_second\x18\v \x01(\x01R\x10createsPerSecond\x12\x1f\n" +
 	"\vwrite_epoch\x18\f \x01(\x04R\n" +
 	"writeEpoch\x12\x16\n" +
-	"\x06frozen\x18\r \x01(\x04R\x06frozen\")\n" +
+	"\x06frozen\x18\r \x01(\x04R\x06frozen\"_\n" +
+	"\x0fWaitSafeRequest\x12\x0e\n" +
+	"\x02fs\x18\x01 \x01(\x04R\x02fs\x12\x14\n" +
+	"\x05store\x18\x02 \x01(\x04R\x05store\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\x04R\x05after\x12\x10\n" +
+	"\x03gen\x18\x04 \x01(\x04R\x03gen\".\n" +
+	"\bSeqRange\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\x04R\x02to\"\xb1\x01\n" +
+	"\x10WaitSafeResponse\x12*\n" +
+	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x18\n" +
+	"\adurable\x18\x02 \x01(\x04R\adurable\x12\x10\n" +
+	"\x03gen\x18\x03 \x01(\x04R\x03gen\x12+\n" +
+	"\x04lost\x18\x04 \x03(\v2\x17.arbor.meta.v1.SeqRangeR\x04lost\x12\x18\n" +
+	"\aunknown\x18\x05 \x01(\bR\aunknown\")\n" +
 	"\x11TableStatsRequest\x12\x14\n" +
 	"\x05exact\x18\x01 \x01(\bR\x05exact\"G\n" +
 	"\x12TableStatsResponse\x121\n" +
@@ -3979,20 +4398,21 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x12SplitTableResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x1b\n" +
 	"\tnew_table\x18\x02 \x01(\x04R\bnewTable\x12\x0e\n" +
-	"\x02at\x18\x03 \x01(\x04R\x02at\"z\n" +
+	"\x02at\x18\x03 \x01(\x04R\x02at\"\x85\x01\n" +
 	"\rTablesRequest\x12\x0e\n" +
 	"\x02fs\x18\x01 \x01(\x04R\x02fs\x12/\n" +
-	"\x02op\x18\x02 \x01(\x0e2\x1f.arbor.meta.v1.TablesRequest.OpR\x02op\"(\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x1f.arbor.meta.v1.TablesRequest.OpR\x02op\"3\n" +
 	"\x02Op\x12\v\n" +
 	"\aREFRESH\x10\x00\x12\t\n" +
 	"\x05SWEEP\x10\x01\x12\n" +
 	"\n" +
-	"\x06FOLLOW\x10\x02\"\x86\x01\n" +
+	"\x06FOLLOW\x10\x02\x12\t\n" +
+	"\x05DRAIN\x10\x03\"\x86\x01\n" +
 	"\x0eTablesResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x1a\n" +
 	"\bversions\x18\x02 \x01(\x04R\bversions\x12\x16\n" +
 	"\x06tracts\x18\x03 \x01(\x04R\x06tracts\x12\x14\n" +
-	"\x05blobs\x18\x04 \x01(\x04R\x05blobs2\xd6\x0f\n" +
+	"\x05blobs\x18\x04 \x01(\x04R\x05blobs2\xa3\x10\n" +
 	"\x04Meta\x12C\n" +
 	"\x06Lookup\x12\x1c.arbor.meta.v1.LookupRequest\x1a\x1b.arbor.meta.v1.AttrResponse\x12E\n" +
 	"\aGetAttr\x12\x1d.arbor.meta.v1.GetAttrRequest\x1a\x1b.arbor.meta.v1.AttrResponse\x12E\n" +
@@ -4011,7 +4431,8 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\n" +
 	"FileBlocks\x12 .arbor.meta.v1.FileBlocksRequest\x1a!.arbor.meta.v1.FileBlocksResponse\x12W\n" +
 	"\fCommitBlocks\x12\".arbor.meta.v1.CommitBlocksRequest\x1a#.arbor.meta.v1.CommitBlocksResponse\x12F\n" +
-	"\aSession\x12\x1d.arbor.meta.v1.SessionRequest\x1a\x1c.arbor.meta.v1.ErrorResponse\x12]\n" +
+	"\aSession\x12\x1d.arbor.meta.v1.SessionRequest\x1a\x1c.arbor.meta.v1.ErrorResponse\x12K\n" +
+	"\bWaitSafe\x12\x1e.arbor.meta.v1.WaitSafeRequest\x1a\x1f.arbor.meta.v1.WaitSafeResponse\x12]\n" +
 	"\x10CreateFileSystem\x12&.arbor.meta.v1.CreateFileSystemRequest\x1a!.arbor.meta.v1.FileSystemResponse\x12c\n" +
 	"\x10DeleteFileSystem\x12&.arbor.meta.v1.DeleteFileSystemRequest\x1a'.arbor.meta.v1.DeleteFileSystemResponse\x12]\n" +
 	"\x0eCreateSnapshot\x12$.arbor.meta.v1.CreateSnapshotRequest\x1a%.arbor.meta.v1.CreateSnapshotResponse\x12]\n" +
@@ -4037,187 +4458,200 @@ func file_internal_meta_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_meta_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(Error_Kind)(0),                  // 0: arbor.meta.v1.Error.Kind
 	(CreateRequest_Kind)(0),          // 1: arbor.meta.v1.CreateRequest.Kind
 	(XattrRequest_Op)(0),             // 2: arbor.meta.v1.XattrRequest.Op
 	(TablesRequest_Op)(0),            // 3: arbor.meta.v1.TablesRequest.Op
 	(*Header)(nil),                   // 4: arbor.meta.v1.Header
-	(*Handle)(nil),                   // 5: arbor.meta.v1.Handle
-	(*Cred)(nil),                     // 6: arbor.meta.v1.Cred
-	(*Attr)(nil),                     // 7: arbor.meta.v1.Attr
-	(*Error)(nil),                    // 8: arbor.meta.v1.Error
-	(*AttrResponse)(nil),             // 9: arbor.meta.v1.AttrResponse
-	(*ErrorResponse)(nil),            // 10: arbor.meta.v1.ErrorResponse
-	(*LookupRequest)(nil),            // 11: arbor.meta.v1.LookupRequest
-	(*GetAttrRequest)(nil),           // 12: arbor.meta.v1.GetAttrRequest
-	(*SetAttrRequest)(nil),           // 13: arbor.meta.v1.SetAttrRequest
-	(*CreateRequest)(nil),            // 14: arbor.meta.v1.CreateRequest
-	(*ReadlinkRequest)(nil),          // 15: arbor.meta.v1.ReadlinkRequest
-	(*ReadlinkResponse)(nil),         // 16: arbor.meta.v1.ReadlinkResponse
-	(*LinkRequest)(nil),              // 17: arbor.meta.v1.LinkRequest
-	(*RemoveRequest)(nil),            // 18: arbor.meta.v1.RemoveRequest
-	(*RenameRequest)(nil),            // 19: arbor.meta.v1.RenameRequest
-	(*ReadDirRequest)(nil),           // 20: arbor.meta.v1.ReadDirRequest
-	(*DirEntry)(nil),                 // 21: arbor.meta.v1.DirEntry
-	(*ReadDirResponse)(nil),          // 22: arbor.meta.v1.ReadDirResponse
-	(*XattrRequest)(nil),             // 23: arbor.meta.v1.XattrRequest
-	(*XattrResponse)(nil),            // 24: arbor.meta.v1.XattrResponse
-	(*OpenRequest)(nil),              // 25: arbor.meta.v1.OpenRequest
-	(*SyncOpensRequest)(nil),         // 26: arbor.meta.v1.SyncOpensRequest
-	(*StatFSRequest)(nil),            // 27: arbor.meta.v1.StatFSRequest
-	(*StatFSResponse)(nil),           // 28: arbor.meta.v1.StatFSResponse
-	(*FileState)(nil),                // 29: arbor.meta.v1.FileState
-	(*BlockRef)(nil),                 // 30: arbor.meta.v1.BlockRef
-	(*FileBlocksRequest)(nil),        // 31: arbor.meta.v1.FileBlocksRequest
-	(*FileBlocksResponse)(nil),       // 32: arbor.meta.v1.FileBlocksResponse
-	(*NewBlock)(nil),                 // 33: arbor.meta.v1.NewBlock
-	(*CommitBlocksRequest)(nil),      // 34: arbor.meta.v1.CommitBlocksRequest
-	(*CommitBlocksResponse)(nil),     // 35: arbor.meta.v1.CommitBlocksResponse
-	(*SessionRequest)(nil),           // 36: arbor.meta.v1.SessionRequest
-	(*CreateFileSystemRequest)(nil),  // 37: arbor.meta.v1.CreateFileSystemRequest
-	(*FileSystemResponse)(nil),       // 38: arbor.meta.v1.FileSystemResponse
-	(*DeleteFileSystemRequest)(nil),  // 39: arbor.meta.v1.DeleteFileSystemRequest
-	(*DeleteFileSystemResponse)(nil), // 40: arbor.meta.v1.DeleteFileSystemResponse
-	(*CreateSnapshotRequest)(nil),    // 41: arbor.meta.v1.CreateSnapshotRequest
-	(*CreateSnapshotResponse)(nil),   // 42: arbor.meta.v1.CreateSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),    // 43: arbor.meta.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),   // 44: arbor.meta.v1.DeleteSnapshotResponse
-	(*CheckRequest)(nil),             // 45: arbor.meta.v1.CheckRequest
-	(*CheckResponse)(nil),            // 46: arbor.meta.v1.CheckResponse
-	(*TableStats)(nil),               // 47: arbor.meta.v1.TableStats
-	(*TableStatsRequest)(nil),        // 48: arbor.meta.v1.TableStatsRequest
-	(*TableStatsResponse)(nil),       // 49: arbor.meta.v1.TableStatsResponse
-	(*MoveTableRequest)(nil),         // 50: arbor.meta.v1.MoveTableRequest
-	(*MoveTableResponse)(nil),        // 51: arbor.meta.v1.MoveTableResponse
-	(*SplitTableRequest)(nil),        // 52: arbor.meta.v1.SplitTableRequest
-	(*SplitTableResponse)(nil),       // 53: arbor.meta.v1.SplitTableResponse
-	(*TablesRequest)(nil),            // 54: arbor.meta.v1.TablesRequest
-	(*TablesResponse)(nil),           // 55: arbor.meta.v1.TablesResponse
+	(*Ack)(nil),                      // 5: arbor.meta.v1.Ack
+	(*Handle)(nil),                   // 6: arbor.meta.v1.Handle
+	(*Cred)(nil),                     // 7: arbor.meta.v1.Cred
+	(*Attr)(nil),                     // 8: arbor.meta.v1.Attr
+	(*Error)(nil),                    // 9: arbor.meta.v1.Error
+	(*AttrResponse)(nil),             // 10: arbor.meta.v1.AttrResponse
+	(*ErrorResponse)(nil),            // 11: arbor.meta.v1.ErrorResponse
+	(*LookupRequest)(nil),            // 12: arbor.meta.v1.LookupRequest
+	(*GetAttrRequest)(nil),           // 13: arbor.meta.v1.GetAttrRequest
+	(*SetAttrRequest)(nil),           // 14: arbor.meta.v1.SetAttrRequest
+	(*CreateRequest)(nil),            // 15: arbor.meta.v1.CreateRequest
+	(*ReadlinkRequest)(nil),          // 16: arbor.meta.v1.ReadlinkRequest
+	(*ReadlinkResponse)(nil),         // 17: arbor.meta.v1.ReadlinkResponse
+	(*LinkRequest)(nil),              // 18: arbor.meta.v1.LinkRequest
+	(*RemoveRequest)(nil),            // 19: arbor.meta.v1.RemoveRequest
+	(*RenameRequest)(nil),            // 20: arbor.meta.v1.RenameRequest
+	(*ReadDirRequest)(nil),           // 21: arbor.meta.v1.ReadDirRequest
+	(*DirEntry)(nil),                 // 22: arbor.meta.v1.DirEntry
+	(*ReadDirResponse)(nil),          // 23: arbor.meta.v1.ReadDirResponse
+	(*XattrRequest)(nil),             // 24: arbor.meta.v1.XattrRequest
+	(*XattrResponse)(nil),            // 25: arbor.meta.v1.XattrResponse
+	(*OpenRequest)(nil),              // 26: arbor.meta.v1.OpenRequest
+	(*SyncOpensRequest)(nil),         // 27: arbor.meta.v1.SyncOpensRequest
+	(*StatFSRequest)(nil),            // 28: arbor.meta.v1.StatFSRequest
+	(*StatFSResponse)(nil),           // 29: arbor.meta.v1.StatFSResponse
+	(*FileState)(nil),                // 30: arbor.meta.v1.FileState
+	(*BlockRef)(nil),                 // 31: arbor.meta.v1.BlockRef
+	(*FileBlocksRequest)(nil),        // 32: arbor.meta.v1.FileBlocksRequest
+	(*FileBlocksResponse)(nil),       // 33: arbor.meta.v1.FileBlocksResponse
+	(*NewBlock)(nil),                 // 34: arbor.meta.v1.NewBlock
+	(*CommitBlocksRequest)(nil),      // 35: arbor.meta.v1.CommitBlocksRequest
+	(*CommitBlocksResponse)(nil),     // 36: arbor.meta.v1.CommitBlocksResponse
+	(*SessionRequest)(nil),           // 37: arbor.meta.v1.SessionRequest
+	(*CreateFileSystemRequest)(nil),  // 38: arbor.meta.v1.CreateFileSystemRequest
+	(*FileSystemResponse)(nil),       // 39: arbor.meta.v1.FileSystemResponse
+	(*DeleteFileSystemRequest)(nil),  // 40: arbor.meta.v1.DeleteFileSystemRequest
+	(*DeleteFileSystemResponse)(nil), // 41: arbor.meta.v1.DeleteFileSystemResponse
+	(*CreateSnapshotRequest)(nil),    // 42: arbor.meta.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),   // 43: arbor.meta.v1.CreateSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),    // 44: arbor.meta.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),   // 45: arbor.meta.v1.DeleteSnapshotResponse
+	(*CheckRequest)(nil),             // 46: arbor.meta.v1.CheckRequest
+	(*CheckResponse)(nil),            // 47: arbor.meta.v1.CheckResponse
+	(*TableStats)(nil),               // 48: arbor.meta.v1.TableStats
+	(*WaitSafeRequest)(nil),          // 49: arbor.meta.v1.WaitSafeRequest
+	(*SeqRange)(nil),                 // 50: arbor.meta.v1.SeqRange
+	(*WaitSafeResponse)(nil),         // 51: arbor.meta.v1.WaitSafeResponse
+	(*TableStatsRequest)(nil),        // 52: arbor.meta.v1.TableStatsRequest
+	(*TableStatsResponse)(nil),       // 53: arbor.meta.v1.TableStatsResponse
+	(*MoveTableRequest)(nil),         // 54: arbor.meta.v1.MoveTableRequest
+	(*MoveTableResponse)(nil),        // 55: arbor.meta.v1.MoveTableResponse
+	(*SplitTableRequest)(nil),        // 56: arbor.meta.v1.SplitTableRequest
+	(*SplitTableResponse)(nil),       // 57: arbor.meta.v1.SplitTableResponse
+	(*TablesRequest)(nil),            // 58: arbor.meta.v1.TablesRequest
+	(*TablesResponse)(nil),           // 59: arbor.meta.v1.TablesResponse
 }
 var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
-	5,  // 0: arbor.meta.v1.Attr.handle:type_name -> arbor.meta.v1.Handle
+	6,  // 0: arbor.meta.v1.Attr.handle:type_name -> arbor.meta.v1.Handle
 	0,  // 1: arbor.meta.v1.Error.kind:type_name -> arbor.meta.v1.Error.Kind
-	8,  // 2: arbor.meta.v1.AttrResponse.error:type_name -> arbor.meta.v1.Error
-	7,  // 3: arbor.meta.v1.AttrResponse.attr:type_name -> arbor.meta.v1.Attr
-	8,  // 4: arbor.meta.v1.ErrorResponse.error:type_name -> arbor.meta.v1.Error
-	4,  // 5: arbor.meta.v1.LookupRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 6: arbor.meta.v1.LookupRequest.dir:type_name -> arbor.meta.v1.Handle
-	4,  // 7: arbor.meta.v1.GetAttrRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 8: arbor.meta.v1.GetAttrRequest.handle:type_name -> arbor.meta.v1.Handle
-	4,  // 9: arbor.meta.v1.SetAttrRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 10: arbor.meta.v1.SetAttrRequest.handle:type_name -> arbor.meta.v1.Handle
-	4,  // 11: arbor.meta.v1.CreateRequest.header:type_name -> arbor.meta.v1.Header
-	1,  // 12: arbor.meta.v1.CreateRequest.kind:type_name -> arbor.meta.v1.CreateRequest.Kind
-	5,  // 13: arbor.meta.v1.CreateRequest.dir:type_name -> arbor.meta.v1.Handle
-	6,  // 14: arbor.meta.v1.CreateRequest.cred:type_name -> arbor.meta.v1.Cred
-	4,  // 15: arbor.meta.v1.ReadlinkRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 16: arbor.meta.v1.ReadlinkRequest.handle:type_name -> arbor.meta.v1.Handle
-	8,  // 17: arbor.meta.v1.ReadlinkResponse.error:type_name -> arbor.meta.v1.Error
-	4,  // 18: arbor.meta.v1.LinkRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 19: arbor.meta.v1.LinkRequest.handle:type_name -> arbor.meta.v1.Handle
-	5,  // 20: arbor.meta.v1.LinkRequest.dir:type_name -> arbor.meta.v1.Handle
-	4,  // 21: arbor.meta.v1.RemoveRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 22: arbor.meta.v1.RemoveRequest.dir:type_name -> arbor.meta.v1.Handle
-	4,  // 23: arbor.meta.v1.RenameRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 24: arbor.meta.v1.RenameRequest.src_dir:type_name -> arbor.meta.v1.Handle
-	5,  // 25: arbor.meta.v1.RenameRequest.dst_dir:type_name -> arbor.meta.v1.Handle
-	4,  // 26: arbor.meta.v1.ReadDirRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 27: arbor.meta.v1.ReadDirRequest.dir:type_name -> arbor.meta.v1.Handle
-	5,  // 28: arbor.meta.v1.DirEntry.handle:type_name -> arbor.meta.v1.Handle
-	7,  // 29: arbor.meta.v1.DirEntry.attr:type_name -> arbor.meta.v1.Attr
-	8,  // 30: arbor.meta.v1.ReadDirResponse.error:type_name -> arbor.meta.v1.Error
-	21, // 31: arbor.meta.v1.ReadDirResponse.entries:type_name -> arbor.meta.v1.DirEntry
-	4,  // 32: arbor.meta.v1.XattrRequest.header:type_name -> arbor.meta.v1.Header
-	2,  // 33: arbor.meta.v1.XattrRequest.op:type_name -> arbor.meta.v1.XattrRequest.Op
-	5,  // 34: arbor.meta.v1.XattrRequest.handle:type_name -> arbor.meta.v1.Handle
-	8,  // 35: arbor.meta.v1.XattrResponse.error:type_name -> arbor.meta.v1.Error
-	4,  // 36: arbor.meta.v1.OpenRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 37: arbor.meta.v1.OpenRequest.handle:type_name -> arbor.meta.v1.Handle
-	4,  // 38: arbor.meta.v1.SyncOpensRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 39: arbor.meta.v1.SyncOpensRequest.handles:type_name -> arbor.meta.v1.Handle
-	4,  // 40: arbor.meta.v1.StatFSRequest.header:type_name -> arbor.meta.v1.Header
-	8,  // 41: arbor.meta.v1.StatFSResponse.error:type_name -> arbor.meta.v1.Error
-	4,  // 42: arbor.meta.v1.FileBlocksRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 43: arbor.meta.v1.FileBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
-	8,  // 44: arbor.meta.v1.FileBlocksResponse.error:type_name -> arbor.meta.v1.Error
-	29, // 45: arbor.meta.v1.FileBlocksResponse.state:type_name -> arbor.meta.v1.FileState
-	30, // 46: arbor.meta.v1.FileBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
-	30, // 47: arbor.meta.v1.NewBlock.base:type_name -> arbor.meta.v1.BlockRef
-	4,  // 48: arbor.meta.v1.CommitBlocksRequest.header:type_name -> arbor.meta.v1.Header
-	5,  // 49: arbor.meta.v1.CommitBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
-	33, // 50: arbor.meta.v1.CommitBlocksRequest.blocks:type_name -> arbor.meta.v1.NewBlock
-	8,  // 51: arbor.meta.v1.CommitBlocksResponse.error:type_name -> arbor.meta.v1.Error
-	30, // 52: arbor.meta.v1.CommitBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
-	4,  // 53: arbor.meta.v1.SessionRequest.header:type_name -> arbor.meta.v1.Header
-	8,  // 54: arbor.meta.v1.FileSystemResponse.error:type_name -> arbor.meta.v1.Error
-	8,  // 55: arbor.meta.v1.DeleteFileSystemResponse.error:type_name -> arbor.meta.v1.Error
-	8,  // 56: arbor.meta.v1.CreateSnapshotResponse.error:type_name -> arbor.meta.v1.Error
-	8,  // 57: arbor.meta.v1.DeleteSnapshotResponse.error:type_name -> arbor.meta.v1.Error
-	8,  // 58: arbor.meta.v1.CheckResponse.error:type_name -> arbor.meta.v1.Error
-	47, // 59: arbor.meta.v1.TableStatsResponse.tables:type_name -> arbor.meta.v1.TableStats
-	8,  // 60: arbor.meta.v1.MoveTableResponse.error:type_name -> arbor.meta.v1.Error
-	8,  // 61: arbor.meta.v1.SplitTableResponse.error:type_name -> arbor.meta.v1.Error
-	3,  // 62: arbor.meta.v1.TablesRequest.op:type_name -> arbor.meta.v1.TablesRequest.Op
-	8,  // 63: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
-	11, // 64: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
-	12, // 65: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
-	13, // 66: arbor.meta.v1.Meta.SetAttr:input_type -> arbor.meta.v1.SetAttrRequest
-	14, // 67: arbor.meta.v1.Meta.Create:input_type -> arbor.meta.v1.CreateRequest
-	15, // 68: arbor.meta.v1.Meta.Readlink:input_type -> arbor.meta.v1.ReadlinkRequest
-	17, // 69: arbor.meta.v1.Meta.Link:input_type -> arbor.meta.v1.LinkRequest
-	18, // 70: arbor.meta.v1.Meta.Remove:input_type -> arbor.meta.v1.RemoveRequest
-	19, // 71: arbor.meta.v1.Meta.Rename:input_type -> arbor.meta.v1.RenameRequest
-	20, // 72: arbor.meta.v1.Meta.ReadDir:input_type -> arbor.meta.v1.ReadDirRequest
-	23, // 73: arbor.meta.v1.Meta.Xattr:input_type -> arbor.meta.v1.XattrRequest
-	25, // 74: arbor.meta.v1.Meta.Open:input_type -> arbor.meta.v1.OpenRequest
-	25, // 75: arbor.meta.v1.Meta.Release:input_type -> arbor.meta.v1.OpenRequest
-	26, // 76: arbor.meta.v1.Meta.SyncOpens:input_type -> arbor.meta.v1.SyncOpensRequest
-	27, // 77: arbor.meta.v1.Meta.StatFS:input_type -> arbor.meta.v1.StatFSRequest
-	31, // 78: arbor.meta.v1.Meta.FileBlocks:input_type -> arbor.meta.v1.FileBlocksRequest
-	34, // 79: arbor.meta.v1.Meta.CommitBlocks:input_type -> arbor.meta.v1.CommitBlocksRequest
-	36, // 80: arbor.meta.v1.Meta.Session:input_type -> arbor.meta.v1.SessionRequest
-	37, // 81: arbor.meta.v1.Meta.CreateFileSystem:input_type -> arbor.meta.v1.CreateFileSystemRequest
-	39, // 82: arbor.meta.v1.Meta.DeleteFileSystem:input_type -> arbor.meta.v1.DeleteFileSystemRequest
-	41, // 83: arbor.meta.v1.Meta.CreateSnapshot:input_type -> arbor.meta.v1.CreateSnapshotRequest
-	43, // 84: arbor.meta.v1.Meta.DeleteSnapshot:input_type -> arbor.meta.v1.DeleteSnapshotRequest
-	45, // 85: arbor.meta.v1.Meta.Check:input_type -> arbor.meta.v1.CheckRequest
-	48, // 86: arbor.meta.v1.Meta.TableStats:input_type -> arbor.meta.v1.TableStatsRequest
-	50, // 87: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
-	52, // 88: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
-	54, // 89: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
-	9,  // 90: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
-	9,  // 91: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
-	9,  // 92: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
-	9,  // 93: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
-	16, // 94: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
-	9,  // 95: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
-	10, // 96: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
-	10, // 97: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
-	22, // 98: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
-	24, // 99: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
-	9,  // 100: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
-	10, // 101: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
-	10, // 102: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
-	28, // 103: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
-	32, // 104: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
-	35, // 105: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
-	10, // 106: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
-	38, // 107: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
-	40, // 108: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
-	42, // 109: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
-	44, // 110: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
-	46, // 111: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
-	49, // 112: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
-	51, // 113: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
-	53, // 114: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
-	55, // 115: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
-	90, // [90:116] is the sub-list for method output_type
-	64, // [64:90] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	9,  // 2: arbor.meta.v1.AttrResponse.error:type_name -> arbor.meta.v1.Error
+	8,  // 3: arbor.meta.v1.AttrResponse.attr:type_name -> arbor.meta.v1.Attr
+	5,  // 4: arbor.meta.v1.AttrResponse.ack:type_name -> arbor.meta.v1.Ack
+	9,  // 5: arbor.meta.v1.ErrorResponse.error:type_name -> arbor.meta.v1.Error
+	5,  // 6: arbor.meta.v1.ErrorResponse.ack:type_name -> arbor.meta.v1.Ack
+	4,  // 7: arbor.meta.v1.LookupRequest.header:type_name -> arbor.meta.v1.Header
+	6,  // 8: arbor.meta.v1.LookupRequest.dir:type_name -> arbor.meta.v1.Handle
+	4,  // 9: arbor.meta.v1.GetAttrRequest.header:type_name -> arbor.meta.v1.Header
+	6,  // 10: arbor.meta.v1.GetAttrRequest.handle:type_name -> arbor.meta.v1.Handle
+	4,  // 11: arbor.meta.v1.SetAttrRequest.header:type_name -> arbor.meta.v1.Header
+	6,  // 12: arbor.meta.v1.SetAttrRequest.handle:type_name -> arbor.meta.v1.Handle
+	4,  // 13: arbor.meta.v1.CreateRequest.header:type_name -> arbor.meta.v1.Header
+	1,  // 14: arbor.meta.v1.CreateRequest.kind:type_name -> arbor.meta.v1.CreateRequest.Kind
+	6,  // 15: arbor.meta.v1.CreateRequest.dir:type_name -> arbor.meta.v1.Handle
+	7,  // 16: arbor.meta.v1.CreateRequest.cred:type_name -> arbor.meta.v1.Cred
+	6,  // 17: arbor.meta.v1.CreateRequest.want:type_name -> arbor.meta.v1.Handle
+	4,  // 18: arbor.meta.v1.ReadlinkRequest.header:type_name -> arbor.meta.v1.Header
+	6,  // 19: arbor.meta.v1.ReadlinkRequest.handle:type_name -> arbor.meta.v1.Handle
+	9,  // 20: arbor.meta.v1.ReadlinkResponse.error:type_name -> arbor.meta.v1.Error
+	4,  // 21: arbor.meta.v1.LinkRequest.header:type_name -> arbor.meta.v1.Header
+	6,  // 22: arbor.meta.v1.LinkRequest.handle:type_name -> arbor.meta.v1.Handle
+	6,  // 23: arbor.meta.v1.LinkRequest.dir:type_name -> arbor.meta.v1.Handle
+	4,  // 24: arbor.meta.v1.RemoveRequest.header:type_name -> arbor.meta.v1.Header
+	6,  // 25: arbor.meta.v1.RemoveRequest.dir:type_name -> arbor.meta.v1.Handle
+	4,  // 26: arbor.meta.v1.RenameRequest.header:type_name -> arbor.meta.v1.Header
+	6,  // 27: arbor.meta.v1.RenameRequest.src_dir:type_name -> arbor.meta.v1.Handle
+	6,  // 28: arbor.meta.v1.RenameRequest.dst_dir:type_name -> arbor.meta.v1.Handle
+	4,  // 29: arbor.meta.v1.ReadDirRequest.header:type_name -> arbor.meta.v1.Header
+	6,  // 30: arbor.meta.v1.ReadDirRequest.dir:type_name -> arbor.meta.v1.Handle
+	6,  // 31: arbor.meta.v1.DirEntry.handle:type_name -> arbor.meta.v1.Handle
+	8,  // 32: arbor.meta.v1.DirEntry.attr:type_name -> arbor.meta.v1.Attr
+	9,  // 33: arbor.meta.v1.ReadDirResponse.error:type_name -> arbor.meta.v1.Error
+	22, // 34: arbor.meta.v1.ReadDirResponse.entries:type_name -> arbor.meta.v1.DirEntry
+	4,  // 35: arbor.meta.v1.XattrRequest.header:type_name -> arbor.meta.v1.Header
+	2,  // 36: arbor.meta.v1.XattrRequest.op:type_name -> arbor.meta.v1.XattrRequest.Op
+	6,  // 37: arbor.meta.v1.XattrRequest.handle:type_name -> arbor.meta.v1.Handle
+	9,  // 38: arbor.meta.v1.XattrResponse.error:type_name -> arbor.meta.v1.Error
+	5,  // 39: arbor.meta.v1.XattrResponse.ack:type_name -> arbor.meta.v1.Ack
+	4,  // 40: arbor.meta.v1.OpenRequest.header:type_name -> arbor.meta.v1.Header
+	6,  // 41: arbor.meta.v1.OpenRequest.handle:type_name -> arbor.meta.v1.Handle
+	4,  // 42: arbor.meta.v1.SyncOpensRequest.header:type_name -> arbor.meta.v1.Header
+	6,  // 43: arbor.meta.v1.SyncOpensRequest.handles:type_name -> arbor.meta.v1.Handle
+	4,  // 44: arbor.meta.v1.StatFSRequest.header:type_name -> arbor.meta.v1.Header
+	9,  // 45: arbor.meta.v1.StatFSResponse.error:type_name -> arbor.meta.v1.Error
+	4,  // 46: arbor.meta.v1.FileBlocksRequest.header:type_name -> arbor.meta.v1.Header
+	6,  // 47: arbor.meta.v1.FileBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
+	9,  // 48: arbor.meta.v1.FileBlocksResponse.error:type_name -> arbor.meta.v1.Error
+	30, // 49: arbor.meta.v1.FileBlocksResponse.state:type_name -> arbor.meta.v1.FileState
+	31, // 50: arbor.meta.v1.FileBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
+	31, // 51: arbor.meta.v1.NewBlock.base:type_name -> arbor.meta.v1.BlockRef
+	4,  // 52: arbor.meta.v1.CommitBlocksRequest.header:type_name -> arbor.meta.v1.Header
+	6,  // 53: arbor.meta.v1.CommitBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
+	34, // 54: arbor.meta.v1.CommitBlocksRequest.blocks:type_name -> arbor.meta.v1.NewBlock
+	9,  // 55: arbor.meta.v1.CommitBlocksResponse.error:type_name -> arbor.meta.v1.Error
+	31, // 56: arbor.meta.v1.CommitBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
+	5,  // 57: arbor.meta.v1.CommitBlocksResponse.ack:type_name -> arbor.meta.v1.Ack
+	4,  // 58: arbor.meta.v1.SessionRequest.header:type_name -> arbor.meta.v1.Header
+	9,  // 59: arbor.meta.v1.FileSystemResponse.error:type_name -> arbor.meta.v1.Error
+	9,  // 60: arbor.meta.v1.DeleteFileSystemResponse.error:type_name -> arbor.meta.v1.Error
+	9,  // 61: arbor.meta.v1.CreateSnapshotResponse.error:type_name -> arbor.meta.v1.Error
+	9,  // 62: arbor.meta.v1.DeleteSnapshotResponse.error:type_name -> arbor.meta.v1.Error
+	9,  // 63: arbor.meta.v1.CheckResponse.error:type_name -> arbor.meta.v1.Error
+	9,  // 64: arbor.meta.v1.WaitSafeResponse.error:type_name -> arbor.meta.v1.Error
+	50, // 65: arbor.meta.v1.WaitSafeResponse.lost:type_name -> arbor.meta.v1.SeqRange
+	48, // 66: arbor.meta.v1.TableStatsResponse.tables:type_name -> arbor.meta.v1.TableStats
+	9,  // 67: arbor.meta.v1.MoveTableResponse.error:type_name -> arbor.meta.v1.Error
+	9,  // 68: arbor.meta.v1.SplitTableResponse.error:type_name -> arbor.meta.v1.Error
+	3,  // 69: arbor.meta.v1.TablesRequest.op:type_name -> arbor.meta.v1.TablesRequest.Op
+	9,  // 70: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
+	12, // 71: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
+	13, // 72: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
+	14, // 73: arbor.meta.v1.Meta.SetAttr:input_type -> arbor.meta.v1.SetAttrRequest
+	15, // 74: arbor.meta.v1.Meta.Create:input_type -> arbor.meta.v1.CreateRequest
+	16, // 75: arbor.meta.v1.Meta.Readlink:input_type -> arbor.meta.v1.ReadlinkRequest
+	18, // 76: arbor.meta.v1.Meta.Link:input_type -> arbor.meta.v1.LinkRequest
+	19, // 77: arbor.meta.v1.Meta.Remove:input_type -> arbor.meta.v1.RemoveRequest
+	20, // 78: arbor.meta.v1.Meta.Rename:input_type -> arbor.meta.v1.RenameRequest
+	21, // 79: arbor.meta.v1.Meta.ReadDir:input_type -> arbor.meta.v1.ReadDirRequest
+	24, // 80: arbor.meta.v1.Meta.Xattr:input_type -> arbor.meta.v1.XattrRequest
+	26, // 81: arbor.meta.v1.Meta.Open:input_type -> arbor.meta.v1.OpenRequest
+	26, // 82: arbor.meta.v1.Meta.Release:input_type -> arbor.meta.v1.OpenRequest
+	27, // 83: arbor.meta.v1.Meta.SyncOpens:input_type -> arbor.meta.v1.SyncOpensRequest
+	28, // 84: arbor.meta.v1.Meta.StatFS:input_type -> arbor.meta.v1.StatFSRequest
+	32, // 85: arbor.meta.v1.Meta.FileBlocks:input_type -> arbor.meta.v1.FileBlocksRequest
+	35, // 86: arbor.meta.v1.Meta.CommitBlocks:input_type -> arbor.meta.v1.CommitBlocksRequest
+	37, // 87: arbor.meta.v1.Meta.Session:input_type -> arbor.meta.v1.SessionRequest
+	49, // 88: arbor.meta.v1.Meta.WaitSafe:input_type -> arbor.meta.v1.WaitSafeRequest
+	38, // 89: arbor.meta.v1.Meta.CreateFileSystem:input_type -> arbor.meta.v1.CreateFileSystemRequest
+	40, // 90: arbor.meta.v1.Meta.DeleteFileSystem:input_type -> arbor.meta.v1.DeleteFileSystemRequest
+	42, // 91: arbor.meta.v1.Meta.CreateSnapshot:input_type -> arbor.meta.v1.CreateSnapshotRequest
+	44, // 92: arbor.meta.v1.Meta.DeleteSnapshot:input_type -> arbor.meta.v1.DeleteSnapshotRequest
+	46, // 93: arbor.meta.v1.Meta.Check:input_type -> arbor.meta.v1.CheckRequest
+	52, // 94: arbor.meta.v1.Meta.TableStats:input_type -> arbor.meta.v1.TableStatsRequest
+	54, // 95: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
+	56, // 96: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
+	58, // 97: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
+	10, // 98: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
+	10, // 99: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
+	10, // 100: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
+	10, // 101: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
+	17, // 102: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
+	10, // 103: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
+	11, // 104: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
+	11, // 105: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
+	23, // 106: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
+	25, // 107: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
+	10, // 108: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
+	11, // 109: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
+	11, // 110: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
+	29, // 111: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
+	33, // 112: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
+	36, // 113: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
+	11, // 114: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
+	51, // 115: arbor.meta.v1.Meta.WaitSafe:output_type -> arbor.meta.v1.WaitSafeResponse
+	39, // 116: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
+	41, // 117: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
+	43, // 118: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
+	45, // 119: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
+	47, // 120: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
+	53, // 121: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
+	55, // 122: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
+	57, // 123: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
+	59, // 124: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
+	98, // [98:125] is the sub-list for method output_type
+	71, // [71:98] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_internal_meta_metapb_meta_proto_init() }
@@ -4231,7 +4665,7 @@ func file_internal_meta_metapb_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_meta_metapb_meta_proto_rawDesc), len(file_internal_meta_metapb_meta_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   52,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

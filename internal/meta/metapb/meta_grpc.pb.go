@@ -42,6 +42,7 @@ const (
 	Meta_FileBlocks_FullMethodName       = "/arbor.meta.v1.Meta/FileBlocks"
 	Meta_CommitBlocks_FullMethodName     = "/arbor.meta.v1.Meta/CommitBlocks"
 	Meta_Session_FullMethodName          = "/arbor.meta.v1.Meta/Session"
+	Meta_WaitSafe_FullMethodName         = "/arbor.meta.v1.Meta/WaitSafe"
 	Meta_CreateFileSystem_FullMethodName = "/arbor.meta.v1.Meta/CreateFileSystem"
 	Meta_DeleteFileSystem_FullMethodName = "/arbor.meta.v1.Meta/DeleteFileSystem"
 	Meta_CreateSnapshot_FullMethodName   = "/arbor.meta.v1.Meta/CreateSnapshot"
@@ -74,6 +75,7 @@ type MetaClient interface {
 	FileBlocks(ctx context.Context, in *FileBlocksRequest, opts ...grpc.CallOption) (*FileBlocksResponse, error)
 	CommitBlocks(ctx context.Context, in *CommitBlocksRequest, opts ...grpc.CallOption) (*CommitBlocksResponse, error)
 	Session(ctx context.Context, in *SessionRequest, opts ...grpc.CallOption) (*ErrorResponse, error)
+	WaitSafe(ctx context.Context, in *WaitSafeRequest, opts ...grpc.CallOption) (*WaitSafeResponse, error)
 	CreateFileSystem(ctx context.Context, in *CreateFileSystemRequest, opts ...grpc.CallOption) (*FileSystemResponse, error)
 	DeleteFileSystem(ctx context.Context, in *DeleteFileSystemRequest, opts ...grpc.CallOption) (*DeleteFileSystemResponse, error)
 	CreateSnapshot(ctx context.Context, in *CreateSnapshotRequest, opts ...grpc.CallOption) (*CreateSnapshotResponse, error)
@@ -263,6 +265,16 @@ func (c *metaClient) Session(ctx context.Context, in *SessionRequest, opts ...gr
 	return out, nil
 }
 
+func (c *metaClient) WaitSafe(ctx context.Context, in *WaitSafeRequest, opts ...grpc.CallOption) (*WaitSafeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitSafeResponse)
+	err := c.cc.Invoke(ctx, Meta_WaitSafe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *metaClient) CreateFileSystem(ctx context.Context, in *CreateFileSystemRequest, opts ...grpc.CallOption) (*FileSystemResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FileSystemResponse)
@@ -374,6 +386,7 @@ type MetaServer interface {
 	FileBlocks(context.Context, *FileBlocksRequest) (*FileBlocksResponse, error)
 	CommitBlocks(context.Context, *CommitBlocksRequest) (*CommitBlocksResponse, error)
 	Session(context.Context, *SessionRequest) (*ErrorResponse, error)
+	WaitSafe(context.Context, *WaitSafeRequest) (*WaitSafeResponse, error)
 	CreateFileSystem(context.Context, *CreateFileSystemRequest) (*FileSystemResponse, error)
 	DeleteFileSystem(context.Context, *DeleteFileSystemRequest) (*DeleteFileSystemResponse, error)
 	CreateSnapshot(context.Context, *CreateSnapshotRequest) (*CreateSnapshotResponse, error)
@@ -443,6 +456,9 @@ func (UnimplementedMetaServer) CommitBlocks(context.Context, *CommitBlocksReques
 }
 func (UnimplementedMetaServer) Session(context.Context, *SessionRequest) (*ErrorResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Session not implemented")
+}
+func (UnimplementedMetaServer) WaitSafe(context.Context, *WaitSafeRequest) (*WaitSafeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitSafe not implemented")
 }
 func (UnimplementedMetaServer) CreateFileSystem(context.Context, *CreateFileSystemRequest) (*FileSystemResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateFileSystem not implemented")
@@ -798,6 +814,24 @@ func _Meta_Session_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_WaitSafe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitSafeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).WaitSafe(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_WaitSafe_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).WaitSafe(ctx, req.(*WaitSafeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meta_CreateFileSystem_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateFileSystemRequest)
 	if err := dec(in); err != nil {
@@ -1034,6 +1068,10 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Session",
 			Handler:    _Meta_Session_Handler,
+		},
+		{
+			MethodName: "WaitSafe",
+			Handler:    _Meta_WaitSafe_Handler,
 		},
 		{
 			MethodName: "CreateFileSystem",

@@ -1,0 +1,204 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/btree"
+	"github.com/arbor-storage/arbor/internal/fs"
+)
+
+// slowPages delays every commit by delay while it is non-zero: a metadata
+// server then holds many operations answered early and not yet durable.
+type slowPages struct {
+	btree.PageStore
+	delay atomic.Int64
+	fail  atomic.Int32 // fail the next commits (as unavailable)
+}
+
+func (p *slowPages) Commit(ctx context.Context, ops []btree.Op) ([]uint64, error) {
+	if d := time.Duration(p.delay.Load()); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if p.fail.Load() > 0 {
+		p.fail.Add(-1)
+		return nil, btree.ErrInvalid
+	}
+	return p.PageStore.Commit(ctx, ops)
+}
+
+// earlyCreates runs workers that create files f<w>-<i> in dir until stop
+// is closed, and returns the names whose create was answered (ok), after
+// every worker stopped.
+func earlyCreates(t *testing.T, x *clusterFS, dir fs.Handle, workers int, stop <-chan struct{}) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var acked []string
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := fmt.Sprintf("f%d-%d", w, i)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				a, err := x.main.Create(ctx, dir, name, 0o644, fs.Cred{})
+				if err == nil {
+					err = x.main.Release(ctx, a.Handle)
+				}
+				cancel()
+				if err != nil {
+					t.Errorf("create %s: %v", name, err)
+					return
+				}
+				mu.Lock()
+				acked = append(acked, name)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return acked
+}
+
+// checkCreated checks, through a new session, that dir holds exactly the
+// names in acked, and that fsck is clean.
+func checkCreated(t *testing.T, x *clusterFS, dir fs.Handle, acked []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	other := x.mount(0)
+	want := map[string]bool{}
+	for _, n := range acked {
+		want[n] = true
+	}
+	var after uint64
+	got := 0
+	for {
+		es, err := other.ReadDir(ctx, dir, after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) == 0 {
+			break
+		}
+		for _, e := range es {
+			after = e.Cookie
+			if !want[e.Name] {
+				t.Errorf("%s is there but its create was not answered", e.Name)
+			}
+			got++
+		}
+	}
+	if got != len(acked) {
+		t.Errorf("%d entries, %d creates answered", got, len(acked))
+	}
+	for n := range want {
+		if _, err := other.Lookup(ctx, dir, n); err != nil {
+			t.Errorf("%s, answered, is missing: %v", n, err)
+		}
+	}
+	rep, err := x.Check(ctx)
+	if err != nil || !rep.OK() {
+		t.Fatalf("fsck: %v %+v", err, rep)
+	}
+}
+
+// TestEarlyRepliesSurviveOwnerCrash: with commits slowed down, a table's
+// owner answers many creates early, then crashes; the client replays them
+// to the next owner, which lets nobody else in first, and every create
+// answered is there exactly once.
+func TestEarlyRepliesSurviveOwnerCrash(t *testing.T) {
+	pages, root := newMemPages(t)
+	c := newTestCluster(t, 2, func(c *testCluster) {
+		c.pages, c.root = pages, root
+		c.slow = &slowPages{PageStore: pages}
+	})
+	x := c.newFS("early")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := x.main.Mkdir(ctx, fs.RootHandle, "d", 0o755, fs.Cred{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.slow.delay.Store(int64(150 * time.Millisecond))
+	stop := make(chan struct{})
+	go func() {
+		time.Sleep(600 * time.Millisecond)
+		owner := c.owner(ctx, x.f, d.Handle.D)
+		unsafe := x.mainMD.Unsafe()
+		c.kill(owner)
+		t.Logf("killed the owner, node %d, with %d operations answered early not durable", owner, unsafe)
+		go func() {
+			time.Sleep(2 * c.lease)
+			c.start(owner)
+		}()
+		time.Sleep(3 * time.Second)
+		c.slow.delay.Store(0)
+		time.Sleep(500 * time.Millisecond)
+		close(stop)
+	}()
+	acked := earlyCreates(t, x, d.Handle, 4, stop)
+	if err := x.main.SyncMetadata(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := x.mainMD.JournalStats()
+	t.Logf("%d creates answered; journal %+v", len(acked), st)
+	if st.Replayed == 0 || st.Failed != 0 {
+		t.Fatalf("journal %+v: want replays, none failed", st)
+	}
+	checkCreated(t, x, d.Handle, acked)
+}
+
+// TestEarlyRepliesSurviveAbort: commits fail until the owner gives up and
+// aborts what it answered early; the client learns it from WaitSafe and
+// replays to the same owner, which holds the table for everyone else
+// meanwhile.
+func TestEarlyRepliesSurviveAbort(t *testing.T) {
+	pages, root := newMemPages(t)
+	c := newTestCluster(t, 1, func(c *testCluster) {
+		c.pages, c.root = pages, root
+		c.slow = &slowPages{PageStore: pages}
+	})
+	x := c.newFS("abort")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := x.main.Mkdir(ctx, fs.RootHandle, "d", 0o755, fs.Cred{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range c.servers {
+		for _, st := range ts.srv.fsStates() {
+			st.st.retryWait = time.Millisecond
+		}
+	}
+	c.slow.delay.Store(int64(20 * time.Millisecond))
+	stop := make(chan struct{})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		c.slow.fail.Store(maxCommitTries + 2)
+		time.Sleep(time.Second)
+		close(stop)
+	}()
+	acked := earlyCreates(t, x, d.Handle, 4, stop)
+	if err := x.main.SyncMetadata(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := x.mainMD.JournalStats()
+	t.Logf("%d creates answered; journal %+v", len(acked), st)
+	if st.Replayed == 0 || st.Failed != 0 {
+		t.Fatalf("journal %+v: want replays, none failed", st)
+	}
+	checkCreated(t, x, d.Handle, acked)
+}
