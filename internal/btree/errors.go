@@ -57,6 +57,10 @@ type errNeedSplit struct {
 	height int
 	lo     []byte
 	key    []byte
+	// sep, if set, is where to cut a leaf that a transaction's own
+	// writes fill: the middle of the page as the transaction would leave
+	// it, not of the page as stored (which may hold little).
+	sep []byte
 }
 
 func (e *errNeedSplit) Error() string {

@@ -395,6 +395,12 @@ func (t *Tree) splitOnce(ctx context.Context, req *errNeedSplit) (*errNeedSplit,
 		return nil, nil // someone else changed it; the caller looks again
 	}
 	i, sep, ok := splitPoint(x, req.key)
+	if req.sep != nil && x.kind == kindLeaf && bytes.Compare(req.sep, x.lo) > 0 && (x.hiInf || bytes.Compare(req.sep, x.hi) < 0) {
+		// Cut where the writing transaction's content halves (one side
+		// may be empty as stored).
+		i, _ = x.search(req.sep)
+		sep, ok = bytes.Clone(req.sep), true
+	}
 	if !ok {
 		return nil, nil
 	}

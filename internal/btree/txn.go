@@ -215,7 +215,22 @@ func (tx *Txn) Put(k, v []byte) error {
 		grow = len(v) - len(tp.p.vals[i])
 	}
 	if tp.p.size()+grow > pageBytes {
-		return tx.fail(&errNeedSplit{ref: tp.ref, height: 0, lo: tp.p.lo, key: bytes.Clone(k)})
+		ns := &errNeedSplit{ref: tp.ref, height: 0, lo: tp.p.lo, key: bytes.Clone(k)}
+		if tp.dirty {
+			// The transaction's own writes fill it: cut where they would
+			// be halved.
+			full := tp.p.clone()
+			if found {
+				full.vals[i] = v
+			} else {
+				full.keys = slices.Insert(full.keys, i, k)
+				full.vals = slices.Insert(full.vals, i, v)
+			}
+			if _, sep, ok := splitPoint(full, k); ok {
+				ns.sep = sep
+			}
+		}
+		return tx.fail(ns)
 	}
 	if !tp.dirty {
 		tp.p = tp.p.clone()
