@@ -339,6 +339,15 @@ type Blob struct {
 // replication level (0: the TLT's). It fails with BLOB_EXISTS if the
 // blob exists.
 func (c *Client) CreateBlob(ctx context.Context, g GUID, replication int) (*Blob, error) {
+	return c.CreateBlobSized(ctx, g, replication, 0)
+}
+
+// CreateBlobSized is CreateBlob of a blob that starts n tracts long (an
+// ExtendBlobSize in the same round): the caller owns tracts [0, n).
+func (c *Client) CreateBlobSized(ctx context.Context, g GUID, replication int, n uint64) (*Blob, error) {
+	if n > maxExtendTracts {
+		return nil, invalidf("create with %d tracts: must be at most %d (maxExtendTracts)", n, maxExtendTracts)
+	}
 	t, err := c.TLT(ctx)
 	if err != nil {
 		return nil, err
@@ -349,7 +358,7 @@ func (c *Client) CreateBlob(ctx context.Context, g GUID, replication int) (*Blob
 	if replication < 1 || replication > t.Replication {
 		return nil, invalidf("replication %d: must be in [1, %d] (the TLT's)", replication, t.Replication)
 	}
-	m, err := c.blobOp(ctx, g, &tpb.BlobOpRequest{Op: tpb.BlobOpKind_BLOB_OP_CREATE, Replication: uint32(replication), RequestId: newRequestID()})
+	m, err := c.blobOp(ctx, g, &tpb.BlobOpRequest{Op: tpb.BlobOpKind_BLOB_OP_CREATE, Replication: uint32(replication), ExtendTracts: n, RequestId: newRequestID()})
 	if err != nil {
 		return nil, err
 	}

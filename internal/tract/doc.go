@@ -96,7 +96,9 @@
 //     is repaired from another replica (on read, on verify and by the
 //     scrubber) and is never served.
 //  7. A file is written (and synced, with SyncWrites) before the record
-//     naming it; a record always names a complete file.
+//     naming it; a record always names a complete file. A small tract
+//     (Config.EmbedBytes) keeps its data in the database, written with its
+//     record in one batch.
 //  8. Tracts of a deleted blob (or of an earlier incarnation of its GUID)
 //     are never read as the blob's; the scrubber reclaims them.
 //

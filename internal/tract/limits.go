@@ -79,3 +79,9 @@ const (
 	// created) blob must be before the scrubber reclaims it.
 	defaultOrphanGrace = 10 * time.Second
 )
+
+// DefaultEmbedBytes is the largest tract kept in the database with its
+// record rather than in a file (Config.EmbedBytes): most files of a source
+// tree fit, and one synced database write costs less than creating and
+// syncing a file and then its record.
+const DefaultEmbedBytes = 64 << 10

@@ -232,6 +232,9 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 		if req.Replication < 1 || int(req.Replication) > t.Replication {
 			return nil, invalidf("replication %d: must be in [1, %d] (the TLT's)", req.Replication, t.Replication)
 		}
+		if req.ExtendTracts > maxExtendTracts {
+			return nil, invalidf("create with %d tracts: at most %d (maxExtendTracts)", req.ExtendTracts, maxExtendTracts)
+		}
 	case tpb.BlobOpKind_BLOB_OP_EXTEND:
 		if req.ExtendTracts < 1 || req.ExtendTracts > maxExtendTracts {
 			return nil, invalidf("extend by %d tracts: must be in [1, %d] (maxExtendTracts)", req.ExtendTracts, maxExtendTracts)
@@ -279,7 +282,8 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 		if live {
 			return nil, errorf(tpb.ErrorCode_BLOB_EXISTS, "blob %s already exists", k.guid)
 		}
-		nb = &tpb.BlobMeta{Replication: req.Replication, Incarnation: newIncarnation(old), CreatedUnixMs: now, ModifiedUnixMs: now}
+		nb = &tpb.BlobMeta{Replication: req.Replication, Incarnation: newIncarnation(old), CreatedUnixMs: now, ModifiedUnixMs: now,
+			LengthTracts: req.ExtendTracts}
 	case tpb.BlobOpKind_BLOB_OP_EXTEND:
 		if !live {
 			return nil, errorf(tpb.ErrorCode_BLOB_NOT_FOUND, "blob %s does not exist", k.guid)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
@@ -569,9 +570,24 @@ func TestGrowth(t *testing.T) {
 	}
 }
 
-// corruptFile flips a byte of a replica's file on its disk.
+// corruptFile flips a byte of a replica's file on its disk (of its data
+// in the database, for an embedded tract).
 func corruptFile(t *testing.T, n *testNode, g GUID, tract int64) {
 	t.Helper()
+	k := tractKey{guid: g, tract: tract}
+	if m, ok := n.svc.Store(0).Get(k); ok && m.Embedded {
+		v, closer, err := n.db.Get(tractDataKey(0, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := bytes.Clone(v)
+		closer.Close()
+		b[100] ^= 0xff
+		if err := n.db.Set(tractDataKey(0, k), b, pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	path, ok := n.svc.Store(0).TractPath(g, tract)
 	if !ok {
 		t.Fatalf("node %d holds no tract %s/%d", n.id, g, tract)

@@ -35,6 +35,10 @@ type Config struct {
 	// acknowledged; without it a write survives a process crash but not a
 	// machine crash.
 	SyncWrites bool
+	// EmbedBytes: tracts of at most this many bytes keep their data in DB
+	// with their record instead of a file of their own (0:
+	// DefaultEmbedBytes; negative: none).
+	EmbedBytes int
 	// Directory gives the TLT and the node table.
 	Directory Directory
 	// Dial connects to other nodes (a node's fault-injecting dialer).
@@ -70,6 +74,9 @@ func (c *Config) normalize() error {
 		if *d == 0 {
 			*d = v
 		}
+	}
+	if c.EmbedBytes == 0 {
+		c.EmbedBytes = DefaultEmbedBytes
 	}
 	def(&c.TLTPoll, defaultTLTPoll)
 	def(&c.TLTValidity, defaultTLTValidity)
@@ -152,7 +159,7 @@ func NewService(cfg Config) (*Service, error) {
 		if fs == nil {
 			fs = vfs.Default
 		}
-		st, err := OpenStore(uint32(i), dc.Path, fs, cfg.DB, cfg.SyncWrites)
+		st, err := OpenStore(uint32(i), dc.Path, fs, cfg.DB, cfg.SyncWrites, cfg.EmbedBytes)
 		if err != nil {
 			return nil, err
 		}

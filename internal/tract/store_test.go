@@ -1,6 +1,7 @@
 package tract
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -12,7 +13,7 @@ import (
 
 func openTestStore(t *testing.T, fs vfs.FS, db *pebble.DB) *Store {
 	t.Helper()
-	s, err := OpenStore(2, "disk", fs, db, true)
+	s, err := OpenStore(2, "disk", fs, db, true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestStorePutGetReload(t *testing.T) {
 		t.Fatalf("rows %v", rows)
 	}
 	// Another disk's records are not this one's.
-	other, err := OpenStore(3, "disk3", fs, db, true)
+	other, err := OpenStore(3, "disk3", fs, db, true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,5 +182,62 @@ func TestParseFileNameRoundTrip(t *testing.T) {
 	gk, gst, ok := parseFileName(name)
 	if !ok || gk != k || !stampEqual(gst, st) {
 		t.Fatalf("parseFileName(%q) = %v %v %v", name, gk, gst, ok)
+	}
+}
+
+// TestStoreEmbedsSmallTracts: a tract of at most embedBytes keeps its data
+// in the database (no file), reads back, is checked against its checksum,
+// and moving between embedded and file versions leaves nothing behind.
+func TestStoreEmbedsSmallTracts(t *testing.T) {
+	fs := vfs.NewMem()
+	db := newTestDB(t, fs)
+	s, err := OpenStore(2, "disk", fs, db, true, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := tractKey{GUID{9}, 0}
+	small, large := []byte("small enough to embed"), bytes.Repeat([]byte("x"), 100)
+	for i, data := range [][]byte{small, large, small} {
+		m := metaFor(1, uint64(i+1), 1, data)
+		if err := s.Put(k, m, data); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := s.Get(k)
+		if got.Embedded != (len(data) <= 64) {
+			t.Fatalf("version %d of %d bytes: embedded %v", i, len(data), got.Embedded)
+		}
+		_, isFile := s.TractPath(k.guid, k.tract)
+		if isFile == got.Embedded {
+			t.Fatalf("version %d: embedded %v, file %v", i, got.Embedded, isFile)
+		}
+		if b, err := s.ReadData(k, got); err != nil || !bytes.Equal(b, data) {
+			t.Fatalf("version %d: read %q, %v", i, b, err)
+		}
+		if files, _ := s.UnreferencedFiles(); len(files) != 0 {
+			t.Fatalf("version %d: files left behind: %v", i, files)
+		}
+	}
+	// Reopened from the database alone.
+	r, err := OpenStore(2, "disk", fs, db, true, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := r.Get(k)
+	if b, err := r.ReadData(k, m); err != nil || !bytes.Equal(b, small) {
+		t.Fatalf("after reopen: %q, %v", b, err)
+	}
+	// A flipped byte is caught by the checksum.
+	if err := db.Set(tractDataKey(2, k), []byte("smalL enough to embed"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReadData(k, m); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("read of a corrupt embedded tract: %v", err)
+	}
+	if err := r.Delete(k); err != nil {
+		t.Fatal(err)
+	}
+	if _, closer, err := db.Get(tractDataKey(2, k)); err == nil {
+		closer.Close()
+		t.Fatal("the embedded data outlives its tract")
 	}
 }

@@ -449,7 +449,10 @@ type TractMeta struct {
 	Incarnation   uint64 `protobuf:"varint,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	WrittenUnixMs int64  `protobuf:"varint,7,opt,name=written_unix_ms,json=writtenUnixMs,proto3" json:"written_unix_ms,omitempty"`
 	// Set for the metadata tract only.
-	Blob          *BlobMeta `protobuf:"bytes,8,opt,name=blob,proto3" json:"blob,omitempty"`
+	Blob *BlobMeta `protobuf:"bytes,8,opt,name=blob,proto3" json:"blob,omitempty"`
+	// The data is in the database next to this record (a small tract: one
+	// synced write, no file), not in a file.
+	Embedded      bool `protobuf:"varint,9,opt,name=embedded,proto3" json:"embedded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -538,6 +541,13 @@ func (x *TractMeta) GetBlob() *BlobMeta {
 		return x.Blob
 	}
 	return nil
+}
+
+func (x *TractMeta) GetEmbedded() bool {
+	if x != nil {
+		return x.Embedded
+	}
+	return false
 }
 
 // RowSync records the last time this tractserver finished catching up a
@@ -962,7 +972,9 @@ type BlobOpRequest struct {
 	Op         BlobOpKind             `protobuf:"varint,4,opt,name=op,proto3,enum=arbor.tract.v1.BlobOpKind" json:"op,omitempty"`
 	// CREATE: the blob's replication level.
 	Replication uint32 `protobuf:"varint,5,opt,name=replication,proto3" json:"replication,omitempty"`
-	// EXTEND: tracts to add (>= 1).
+	// EXTEND: tracts to add (>= 1); CREATE: the new blob's length in
+	// tracts (0 and up: a writer that creates a blob and extends it at once
+	// saves a round).
 	ExtendTracts uint64 `protobuf:"varint,6,opt,name=extend_tracts,json=extendTracts,proto3" json:"extend_tracts,omitempty"`
 	// Names the request across retries (at most 32 bytes; empty: none).
 	RequestId     []byte `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -2513,7 +2525,7 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x06recent\x18\a \x03(\v2\x1d.arbor.tract.v1.RecentRequestR\x06recent\"D\n" +
 	"\rRecentRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12#\n" +
-	"\rresult_tracts\x18\x02 \x01(\x04R\fresultTracts\"\x94\x02\n" +
+	"\rresult_tracts\x18\x02 \x01(\x04R\fresultTracts\"\xb0\x02\n" +
 	"\tTractMeta\x12\x10\n" +
 	"\x03row\x18\x01 \x01(\rR\x03row\x12+\n" +
 	"\x05stamp\x18\x02 \x01(\v2\x15.arbor.tract.v1.StampR\x05stamp\x12\x16\n" +
@@ -2522,7 +2534,8 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\vreplication\x18\x05 \x01(\rR\vreplication\x12 \n" +
 	"\vincarnation\x18\x06 \x01(\x04R\vincarnation\x12&\n" +
 	"\x0fwritten_unix_ms\x18\a \x01(\x03R\rwrittenUnixMs\x12,\n" +
-	"\x04blob\x18\b \x01(\v2\x18.arbor.tract.v1.BlobMetaR\x04blob\"Q\n" +
+	"\x04blob\x18\b \x01(\v2\x18.arbor.tract.v1.BlobMetaR\x04blob\x12\x1a\n" +
+	"\bembedded\x18\t \x01(\bR\bembedded\"Q\n" +
 	"\aRowSync\x12%\n" +
 	"\x0esynced_version\x18\x01 \x01(\x04R\rsyncedVersion\x12\x1f\n" +
 	"\vsynced_slot\x18\x02 \x01(\rR\n" +
