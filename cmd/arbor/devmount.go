@@ -24,13 +24,13 @@ func devMount(ctx context.Context, a *app, c *devcluster.Cluster, dir string) (*
 	target := clusterTarget{Addrs: c.DirectoryAddrs(), ClusterID: c.ClusterID()}
 	ctx, cancel := context.WithTimeout(ctx, devMountTimeout)
 	defer cancel()
-	opts := mountOptions{fsName: devFileSystem, dir: dir, create: true, allowOther: os.Geteuid() == 0}
+	opts := mountOptions{fsName: devFileSystem, dir: dir, create: true, allowOther: os.Geteuid() == 0, http: "127.0.0.1:0"}
 	for {
 		actx, acancel := context.WithTimeout(ctx, 30*time.Second)
 		m, err := mountFS(actx, target, opts, a.logger)
 		acancel()
 		if err == nil {
-			fmt.Fprintf(a.stdout, "file system %q mounted at %s\n", devFileSystem, dir)
+			fmt.Fprintf(a.stdout, "file system %q mounted at %s (its profiles: http://%s/debug/pprof/)\n", devFileSystem, dir, m.debugAddr)
 			return m, nil
 		}
 		if errors.Is(err, errKernelMount) {

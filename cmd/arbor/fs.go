@@ -279,8 +279,8 @@ made during the check may show as problems.`,
 						return err
 					}
 				} else {
-					fmt.Fprintf(a.stdout, "file system %q (number %d): %d views, %d objects, %d names, %d blocks, %d tracts, %d blobs\n",
-						f.GetName(), f.GetNumber(), r.Views, r.Objects, r.Names, r.Blocks, r.Tracts, r.Blobs)
+					fmt.Fprintf(a.stdout, "file system %q (number %d): %d views, %d objects, %d names, %d blocks (%d inline), %d tracts, %d blobs\n",
+						f.GetName(), f.GetNumber(), r.Views, r.Objects, r.Names, r.Blocks, r.Inline, r.Tracts, r.Blobs)
 					fmt.Fprintf(a.stdout, "pending: %d orphans, %d queued blobs, %d tracts to free, %d garbage versions\n", r.Orphans, r.Queued, r.FreeingTracts, r.Garbage)
 					fmt.Fprintf(a.stdout, "problems: %d dangling, %d link counts, %d leaked, %d other\n", r.Dangling, r.LinkCount, r.Leaked, r.Other)
 					for _, p := range r.Problems {

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"syscall"
@@ -23,6 +26,10 @@ type mounted struct {
 	fsys *client.FS
 	c    *client.Cluster
 	log  *slog.Logger
+	// debug serves /debug/pprof/ (opts.http); nil if not asked.
+	debug *http.Server
+	// debugAddr is the address it listens on.
+	debugAddr string
 }
 
 // mountOptions are what `arbor mount` and `arbor dev --mount` take.
@@ -32,6 +39,8 @@ type mountOptions struct {
 	// durable: metadata changes are answered once durable (no early
 	// answers).
 	durable bool
+	// http, if set, is where the mount serves /debug/pprof/.
+	http string
 	// create makes the file system if it does not exist (arbor dev).
 	create bool
 }
@@ -92,7 +101,24 @@ func mountFS(ctx context.Context, target clusterTarget, opts mountOptions, logge
 		}
 		return nil, errors.Join(fmt.Errorf("%w: %w", errKernelMount, err), fsys.Close(context.WithoutCancel(ctx)))
 	}
-	return &mounted{m: m, fsys: fsys, c: c, log: logger}, nil
+	mt := &mounted{m: m, fsys: fsys, c: c, log: logger}
+	if opts.http != "" {
+		lis, err := net.Listen("tcp", opts.http)
+		if err != nil {
+			logger.Warn("serving the mount's profiles", "addr", opts.http, "err", err)
+		} else {
+			mux := http.NewServeMux()
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+			mt.debug = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			mt.debugAddr = lis.Addr().String()
+			go func() { _ = mt.debug.Serve(lis) }()
+		}
+	}
+	return mt, nil
 }
 
 // prepareMountPoint creates dir if missing and clears a dead FUSE mount
@@ -150,6 +176,9 @@ func (m *mounted) Close(ctx context.Context) error {
 	}
 	err := m.fsys.Close(ctx)
 	m.c.Close()
+	if m.debug != nil {
+		_ = m.debug.Close()
+	}
 	return err
 }
 
@@ -202,5 +231,6 @@ wrote and closed, another sees when it opens the file afterwards.`,
 	cmd.Flags().BoolVar(&opts.allowOther, "allow-other", os.Geteuid() == 0, "let other users use the mount (default when run as root)")
 	cmd.Flags().BoolVar(&opts.durable, "durable", false, "answer every metadata change only once it is durable (no early answers; also $ARBOR_DURABLE_METADATA)")
 	cmd.Flags().BoolVar(&opts.debug, "fuse-debug", false, "log every FUSE request")
+	cmd.Flags().StringVar(&opts.http, "http", "", "serve /debug/pprof/ of the mount at this address (host:port)")
 	return cmd
 }

@@ -158,12 +158,18 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 					}
 					if e.Length > keep {
 						switch {
-						case !w.shared(cur):
+						case !w.shared(cur) || e.inline():
+							// Cut in place, or (a snapshot shares it) an
+							// inline block cut as a new version: there is
+							// no tract to copy.
 							e.Length = keep
+							if e.inline() {
+								e.Inline = e.Inline[:keep]
+							}
 							if err := w.put(key, cur, e.encode()); err != nil {
 								return err
 							}
-						case prepared != nil && preparedFrom == *e:
+						case prepared != nil && preparedFrom.Blob == e.Blob && preparedFrom.Tract == e.Tract && preparedFrom.Length == e.Length:
 							if err := w.put(key, cur, prepared.encode()); err != nil {
 								return err
 							}

@@ -32,6 +32,7 @@ type CheckReport struct {
 	Objects int // objects at the head
 	Names   int
 	Blocks  int // block pairs at the head
+	Inline  int // block pairs of any view that hold their data (small files)
 	Tracts  int // distinct tracts referenced by any view
 	Blobs   int
 	Orphans int // orphan records (pending reclaim)
@@ -381,6 +382,12 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 					r.problem(&r.Leaked, "%s: block of %v at %d is past the end (%d)", name, h, o, n.Size)
 				case e.Blob != n.Blob:
 					r.problem(&r.Other, "%s: block of %v at %d is in blob %v, the file's is %v", name, h, o, e.Blob, n.Blob)
+				case e.inline() && (o != 0 || e.Length > MaxInlineBytes):
+					r.problem(&r.Other, "%s: inline block of %v at %d holds %d bytes: only a first block of at most %d is kept inline", name, h, o, e.Length, MaxInlineBytes)
+				}
+				if e.inline() {
+					r.Inline++
+					continue // no tract
 				}
 				referenced[tractKey{e.Blob, e.Tract}] = e
 			}

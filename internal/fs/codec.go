@@ -348,21 +348,38 @@ type blockEntry struct {
 	Blob   GUID
 	Tract  uint64
 	Length uint64
+	// Inline, if not nil, is the block's data itself, kept in the
+	// metadata (a small file: doc.go, Data); Tract is then no tract but a
+	// number that tells this write of the block from others.
+	Inline []byte
 }
 
 func (x *blockEntry) encode() []byte {
-	e := newEncoder(32)
+	e := newEncoder(32 + len(x.Inline))
 	e.guid(x.Blob)
 	e.u(x.Tract)
 	e.u(x.Length)
+	if x.Inline != nil {
+		e.u(1)
+		e.str(string(x.Inline))
+	}
 	return e.b
 }
 
 func decodeBlockEntry(b []byte) (*blockEntry, error) {
 	d := newDecoder("block", b)
 	x := &blockEntry{Blob: d.guid(), Tract: d.u(), Length: d.bounded(maxTractBytes, "length")}
+	if d.err == nil && len(d.b) > 0 && d.bounded(1, "inline flag") == 1 {
+		x.Inline = d.raw(MaxInlineBytes, "inline data")
+		if d.err == nil && uint64(len(x.Inline)) != x.Length {
+			d.fail("inline data of another length than the block's")
+		}
+	}
 	return x, d.done()
 }
+
+// inline reports whether the block's data is in the entry.
+func (x *blockEntry) inline() bool { return x.Inline != nil }
 
 // orphanRecord lists an object no name points at any more: it is
 // reclaimed once no mount holds it open.

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,13 +37,20 @@ type BlockRef struct {
 	Found         bool
 	S             uint64
 	Tract, Length uint64
+	// Inline is the block's data when the pair holds it (a small file);
+	// Tract then only tells this write of the block from others.
+	Inline []byte
 }
 
 // NewBlock is a block a client wrote to a new tract of the file's blob, to
-// replace Base (the pair as the client read it).
+// replace Base (the pair as the client read it). With Inline (at most
+// MaxInlineBytes, the file's first block, and the file no larger), the
+// data goes in the pair itself and Tract is any number the client chose
+// to tell this write from others.
 type NewBlock struct {
 	Start, Tract, Length uint64
 	Base                 BlockRef
+	Inline               []byte
 }
 
 // BlocksCommitted is what CommitBlocks did: the file's new size and data
@@ -283,7 +291,7 @@ func (f *FS) blockRefs(ctx context.Context, h Handle, starts []uint64) ([]BlockR
 			if err != nil {
 				return err
 			}
-			b.Tract, b.Length = e.Tract, e.Length
+			b.Tract, b.Length, b.Inline = e.Tract, e.Length, e.Inline
 		}
 		found[off] = b
 		return nil
@@ -317,10 +325,18 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 		return BlocksCommitted{}, errf(syscall.EFBIG, "size %d (the bound is %d)", size, uint64(maxFileBytes))
 	}
 	maxBlock := pow2Floor(uint64(f.tractSize))
+	inline := false
 	for _, b := range blocks {
 		s, sz := blockAt(b.Start, maxBlock)
 		if s != b.Start || b.Length == 0 || b.Length > sz || b.Start+b.Length > maxFileBytes {
 			return BlocksCommitted{}, errf(syscall.EINVAL, "block [%d, +%d) is not within one block of the file's layout", b.Start, b.Length)
+		}
+		if b.Inline != nil {
+			if b.Start != 0 || uint64(len(b.Inline)) != b.Length || b.Length > MaxInlineBytes || len(blocks) != 1 || size > MaxInlineBytes {
+				return BlocksCommitted{}, errf(syscall.EINVAL, "inline block [%d, +%d) with %d bytes in a file of size %d: only a file of at most %d bytes is kept inline, as its first and only block",
+					b.Start, b.Length, len(b.Inline), size, MaxInlineBytes)
+			}
+			inline = true
 		}
 	}
 	session := SessionOf(ctx)
@@ -342,6 +358,9 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 		}
 		if in.Blob != blob || in.TrimFrom != 0 {
 			return ErrRaced
+		}
+		if inline && in.Size > MaxInlineBytes {
+			return ErrRaced // grew meanwhile: not a small file any more
 		}
 		if in.Nlink == 0 {
 			// An orphan takes data only from a session that holds it
@@ -374,7 +393,7 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 				if err != nil {
 					return err
 				}
-				got.Tract, got.Length = e.Tract, e.Length
+				got.Tract, got.Length, got.Inline = e.Tract, e.Length, e.Inline
 				if e.Blob != blob {
 					return ErrRaced
 				}
@@ -382,12 +401,12 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 			if !sameBlock(got, b.Base) {
 				return ErrRaced
 			}
-			e := blockEntry{Blob: blob, Tract: b.Tract, Length: b.Length}
-			out.Blocks[i] = BlockRef{Found: true, S: w.putVersion(cur), Tract: b.Tract, Length: b.Length}
+			e := blockEntry{Blob: blob, Tract: b.Tract, Length: b.Length, Inline: b.Inline}
+			out.Blocks[i] = BlockRef{Found: true, S: w.putVersion(cur), Tract: b.Tract, Length: b.Length, Inline: b.Inline}
 			if err := w.put(key, cur, e.encode()); err != nil {
 				return err
 			}
-			if cur.live() && !w.shared(cur) {
+			if cur.live() && !w.shared(cur) && got.Inline == nil {
 				frees = append(frees, blockEntry{Blob: blob, Tract: got.Tract, Length: got.Length})
 			}
 			in.Size = max(in.Size, b.Start+b.Length)
@@ -396,7 +415,9 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 		if mtime != 0 {
 			in.Mtime, in.Ctime = mtime, mtime
 		}
-		in.BlobExists = true
+		if !inline {
+			in.BlobExists = true // the client created it before writing its tracts
+		}
 		in.DataGen++
 		out.Size, out.DataGen = in.Size, in.DataGen
 		if err := f.queueFrees(w.tx, frees); err != nil {
@@ -411,11 +432,13 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 	return out, nil
 }
 
+// sameBlock reports whether a and b are the same write of a block (an
+// inline block's Tract tells its writes apart).
 func sameBlock(a, b BlockRef) bool {
 	if a.Found != b.Found {
 		return false
 	}
-	return !a.Found || a == b
+	return !a.Found || (a.S == b.S && a.Tract == b.Tract && a.Length == b.Length && (a.Inline == nil) == (b.Inline == nil))
 }
 
 func (f *FS) headInode(ctx context.Context, h Handle) (*inode, error) {
@@ -443,6 +466,9 @@ func blockOffset(prefix []byte) (uint64, error) {
 
 // readTract returns the data of a block's tract.
 func (f *FS) readTract(ctx context.Context, e blockEntry) ([]byte, error) {
+	if e.inline() {
+		return bytes.Clone(e.Inline), nil
+	}
 	data, err := f.data.ReadTract(ctx, e.Blob, e.Tract)
 	return data, storeErr("read tract", err)
 }

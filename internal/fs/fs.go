@@ -494,6 +494,8 @@ type Attr struct {
 	// directly); BlobExists says whether it was created yet.
 	Blob       GUID
 	BlobExists bool
+	// Xattrs counts the object's extended attributes.
+	Xattrs uint32
 }
 
 // IsDir reports whether the attributes are a directory's.
@@ -518,7 +520,7 @@ func (f *FS) attrOf(h Handle, n *inode) Attr {
 	a := Attr{
 		Handle: h, Ino: InoOf(h), Mode: n.Mode, Nlink: n.Nlink, Uid: n.Uid, Gid: n.Gid, Size: n.Size,
 		Rdev: n.Rdev, Atime: time.Unix(0, n.Atime), Mtime: time.Unix(0, n.Mtime), Ctime: time.Unix(0, n.Ctime),
-		Btime: time.Unix(0, n.Btime), DataGen: n.DataGen, Blob: n.Blob, BlobExists: n.BlobExists,
+		Btime: time.Unix(0, n.Btime), DataGen: n.DataGen, Blob: n.Blob, BlobExists: n.BlobExists, Xattrs: n.Xattrs,
 	}
 	if n.Mode&sIFMT == sIFDIR {
 		a.Size = 4096

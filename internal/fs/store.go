@@ -91,6 +91,14 @@ type DataStore interface {
 	BlobTracts(ctx context.Context, g GUID) (n uint64, ok bool, err error)
 }
 
+// BlobSizer is implemented by a DataStore that can create a blob already
+// n tracts long (one round instead of a create and an extend):
+// CreateSized returns the first tract the caller owns, [first, first+n),
+// which is 0 unless the blob existed (then it is extended).
+type BlobSizer interface {
+	CreateSized(ctx context.Context, g GUID, n uint64) (first uint64, err error)
+}
+
 // ErrBlobNotFound is wrapped by a DataStore error for a blob that does not
 // exist.
 var ErrBlobNotFound = errors.New("fs: blob not found")

@@ -97,6 +97,21 @@ func (d *TractData) CreateBlob(ctx context.Context, g GUID) error {
 	return nil
 }
 
+// CreateSized implements BlobSizer.
+func (d *TractData) CreateSized(ctx context.Context, g GUID, n uint64) (uint64, error) {
+	b, err := d.c.CreateBlobSized(ctx, tract.GUID(g), d.replication, n)
+	if tract.CodeOf(err) == tpb.ErrorCode_BLOB_EXISTS {
+		return d.Extend(ctx, g, n)
+	}
+	if err != nil {
+		return 0, tractErr("create blob", g, err)
+	}
+	d.remember(g, b)
+	return 0, nil
+}
+
+var _ BlobSizer = (*TractData)(nil)
+
 // DeleteBlob implements DataStore.
 func (d *TractData) DeleteBlob(ctx context.Context, g GUID) error {
 	d.forget(g)

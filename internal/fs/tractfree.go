@@ -60,6 +60,9 @@ func decodeTractFreeRecord(key, value []byte) (tractFreeRecord, error) {
 func tractFreeRecords(es []blockEntry) []tractFreeRecord {
 	var out []tractFreeRecord
 	for _, e := range es {
+		if e.inline() {
+			continue // no tract to free
+		}
 		i := slices.IndexFunc(out, func(r tractFreeRecord) bool { return r.blob == e.Blob })
 		if i < 0 {
 			out = append(out, tractFreeRecord{blob: e.Blob})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"syscall"
@@ -29,6 +30,13 @@ type file struct {
 	dirtyEnd   uint64 // the size the buffered writes give the file
 	dirtyMtime int64
 	hasDirty   bool
+	// attr is the file's attributes as last answered (attrKnown); pend,
+	// attribute changes held back until the next flush (mergeable), made
+	// at pendAt by this client's clock.
+	attr      fs.Attr
+	attrKnown bool
+	pend      fs.SetAttrIn
+	pendAt    int64
 
 	// Under mu (written with mu held exclusively):
 	dirty      map[uint64]*dirtyBlock
@@ -139,12 +147,131 @@ func (f *FS) overlayDirty(a *fs.Attr) {
 	}
 	st.sumMu.Lock()
 	defer st.sumMu.Unlock()
+	if a.Ino != 0 {
+		st.attr, st.attrKnown = *a, true
+	}
+	st.overlayLocked(a)
+}
+
+// overlayLocked lays what the client holds back (buffered writes,
+// attribute changes) over a. Callers hold st.sumMu.
+func (st *file) overlayLocked(a *fs.Attr) {
 	if st.hasDirty {
 		a.Size = max(a.Size, st.dirtyEnd)
 		a.Mtime = timeOf(st.dirtyMtime)
 		a.Ctime = a.Mtime
 		a.Blocks = (a.Size + 511) / 512
 	}
+	p := st.pend
+	if p.Valid == 0 {
+		return
+	}
+	if p.Valid&fs.SetMode != 0 {
+		a.Mode = a.Mode&syscall.S_IFMT | p.Mode&^syscall.S_IFMT
+	}
+	if p.Valid&fs.SetUid != 0 {
+		a.Uid = p.Uid
+	}
+	if p.Valid&fs.SetGid != 0 {
+		a.Gid = p.Gid
+	}
+	if p.Valid&fs.SetAtime != 0 {
+		a.Atime = p.Atime
+	}
+	if p.Valid&fs.SetMtime != 0 {
+		a.Mtime = p.Mtime
+	}
+	a.Ctime = timeOf(max(a.Ctime.UnixNano(), st.pendAt))
+}
+
+// mergeable are the attribute changes a client holds back while it has
+// the file open and sends with its next flush (one operation instead of
+// one each: tar's utimens, chown and chmod of every file).
+const mergeable = fs.SetMode | fs.SetUid | fs.SetGid | fs.SetAtime | fs.SetAtimeNow | fs.SetMtime | fs.SetMtimeNow
+
+// holdAttr holds back change in of h's attributes if it can wait for the
+// next flush: h is a regular file this client has open and knows the
+// attributes of, the change is mergeable and touches no set-id bit (a
+// change of owner clears those). It returns the attributes with the
+// change laid over them.
+func (f *FS) holdAttr(h fs.Handle, in fs.SetAttrIn) (fs.Attr, bool) {
+	if in.Valid == 0 || in.Valid&^mergeable != 0 {
+		return fs.Attr{}, false
+	}
+	f.filesMu.Lock()
+	st := f.files[h]
+	open := st != nil && st.opens > 0
+	f.filesMu.Unlock()
+	if !open {
+		return fs.Attr{}, false
+	}
+	st.sumMu.Lock()
+	defer st.sumMu.Unlock()
+	const setid = syscall.S_ISUID | syscall.S_ISGID
+	if !st.attrKnown || st.attr.Mode&syscall.S_IFMT != syscall.S_IFREG || st.attr.Mode&setid != 0 ||
+		(in.Valid&fs.SetMode != 0 && in.Mode&setid != 0) || (st.pend.Valid&fs.SetMode != 0 && st.pend.Mode&setid != 0) {
+		return fs.Attr{}, false
+	}
+	now := f.now()
+	p := &st.pend
+	if in.Valid&fs.SetMode != 0 {
+		p.Valid, p.Mode = p.Valid|fs.SetMode, in.Mode
+	}
+	if in.Valid&fs.SetUid != 0 {
+		p.Valid, p.Uid = p.Valid|fs.SetUid, in.Uid
+	}
+	if in.Valid&fs.SetGid != 0 {
+		p.Valid, p.Gid = p.Valid|fs.SetGid, in.Gid
+	}
+	switch {
+	case in.Valid&fs.SetAtimeNow != 0:
+		p.Valid, p.Atime = p.Valid|fs.SetAtime, now
+	case in.Valid&fs.SetAtime != 0:
+		p.Valid, p.Atime = p.Valid|fs.SetAtime, in.Atime
+	}
+	switch {
+	case in.Valid&fs.SetMtimeNow != 0:
+		p.Valid, p.Mtime = p.Valid|fs.SetMtime, now
+	case in.Valid&fs.SetMtime != 0:
+		p.Valid, p.Mtime = p.Valid|fs.SetMtime, in.Mtime
+	}
+	if in.Valid&(fs.SetMtime|fs.SetMtimeNow) != 0 && st.hasDirty {
+		// Set after the buffered writes: it wins over their time.
+		st.dirtyMtime = p.Mtime.UnixNano()
+	}
+	st.pendAt = now.UnixNano()
+	a := st.attr
+	st.overlayLocked(&a)
+	return a, true
+}
+
+// sendHeldAttrs sends the attribute changes held back for st (after its
+// buffered writes: an explicit time set after them wins).
+func (f *FS) sendHeldAttrs(ctx context.Context, st *file) error {
+	st.sumMu.Lock()
+	p := st.pend
+	st.sumMu.Unlock()
+	if p.Valid == 0 {
+		return nil
+	}
+	a, err := f.md.SetAttr(ctx, st.h, p)
+	if e := fs.Errno(err); e == syscall.ENOENT || e == syscall.ESTALE {
+		// Gone, as the buffered data (flushLocked): nothing to change.
+		st.sumMu.Lock()
+		st.pend = fs.SetAttrIn{}
+		st.sumMu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st.sumMu.Lock()
+	if st.pend == p {
+		st.pend = fs.SetAttrIn{}
+	}
+	st.attr, st.attrKnown = a, true
+	st.sumMu.Unlock()
+	return nil
 }
 
 // Write writes data at off (write-back: the bytes are buffered and reach
@@ -199,6 +326,7 @@ func (f *FS) Write(ctx context.Context, h fs.Handle, off int64, data []byte) (in
 	st.hasDirty = true
 	st.dirtyEnd = max(st.dirtyEnd, end)
 	st.dirtyMtime = now
+	st.pend.Valid &^= fs.SetMtime // a write after a held time set wins
 	st.sumMu.Unlock()
 	if st.dirtyBytes > f.cfg.MaxDirtyBytesPerFile || f.dirty.Load() > f.cfg.MaxDirtyBytes {
 		if err := f.flushLocked(ctx, st); err != nil {
@@ -237,7 +365,10 @@ func (f *FS) Flush(ctx context.Context, h fs.Handle) error {
 	defer f.unpin(st)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return f.flushLocked(ctx, st)
+	if err := f.flushLocked(ctx, st); err != nil {
+		return err
+	}
+	return f.sendHeldAttrs(ctx, st)
 }
 
 // Fsync flushes h's buffered writes and waits until every metadata change
@@ -383,7 +514,7 @@ func (f *FS) flushOnce(ctx context.Context, st *file) error {
 		newLen := max(oldLen, db.end())
 		content := make([]byte, newLen)
 		if oldLen > 0 && !db.covers(oldLen) {
-			old, err := f.readTract(ctx, state.Blob, base.Tract)
+			old, err := f.blockData(ctx, state.Blob, base)
 			if err != nil {
 				return err
 			}
@@ -397,17 +528,19 @@ func (f *FS) flushOnce(ctx context.Context, st *file) error {
 		}
 		blocks[i] = &newBlock{start: s, data: content, base: base}
 	}
+	st.sumMu.Lock()
+	finalSize, mtime := st.dirtyEnd, st.dirtyMtime
+	st.sumMu.Unlock()
+	if len(blocks) == 1 && blocks[0].start == 0 && max(finalSize, state.Size) <= fs.MaxInlineBytes {
+		// A small file: its bytes go in the metadata, no tract.
+		return f.commitInline(ctx, st, state, blocks[0], finalSize, mtime)
+	}
 	// Every new block goes to a new tract: tracts are never rewritten, so
 	// a snapshot's blocks and a concurrent reader's are never changed.
 	blob := state.Blob
-	if !state.BlobExists {
-		if err := f.data.CreateBlob(ctx, blob); err != nil {
-			return fmt.Errorf("create blob: %w", err)
-		}
-	}
-	first, err := f.data.Extend(ctx, blob, uint64(len(blocks)))
+	first, err := f.newTracts(ctx, blob, state.BlobExists, uint64(len(blocks)))
 	if err != nil {
-		return fmt.Errorf("extend blob: %w", err)
+		return err
 	}
 	for i, b := range blocks {
 		b.tract = first + uint64(i)
@@ -435,9 +568,6 @@ func (f *FS) flushOnce(ctx context.Context, st *file) error {
 	}); err != nil {
 		return err
 	}
-	st.sumMu.Lock()
-	finalSize, mtime := st.dirtyEnd, st.dirtyMtime
-	st.sumMu.Unlock()
 	for lo := 0; lo < len(blocks); lo += fs.MaxBlocksPerCommit {
 		batch := blocks[lo:min(len(blocks), lo+fs.MaxBlocksPerCommit)]
 		nbs := make([]fs.NewBlock, len(batch))
@@ -465,6 +595,56 @@ func (f *FS) flushOnce(ctx context.Context, st *file) error {
 		st.cacheMu.Unlock()
 	}
 	return nil
+}
+
+// newTracts makes n new tracts of blob, creating it first unless it
+// exists, and returns the first.
+func (f *FS) newTracts(ctx context.Context, blob fs.GUID, exists bool, n uint64) (uint64, error) {
+	if !exists {
+		if s, ok := f.data.(fs.BlobSizer); ok {
+			first, err := s.CreateSized(ctx, blob, n)
+			if err != nil {
+				return 0, fmt.Errorf("create blob: %w", err)
+			}
+			return first, nil
+		}
+		if err := f.data.CreateBlob(ctx, blob); err != nil {
+			return 0, fmt.Errorf("create blob: %w", err)
+		}
+	}
+	first, err := f.data.Extend(ctx, blob, n)
+	if err != nil {
+		return 0, fmt.Errorf("extend blob: %w", err)
+	}
+	return first, nil
+}
+
+// commitInline commits b, the only block of a file of at most
+// fs.MaxInlineBytes, with its data in the metadata.
+func (f *FS) commitInline(ctx context.Context, st *file, state fs.FileState, b *newBlock, size uint64, mtime int64) error {
+	nb := fs.NewBlock{Start: 0, Tract: rand.Uint64(), Length: uint64(len(b.data)), Base: b.base, Inline: b.data}
+	res, err := f.md.CommitBlocks(ctx, st.h, state.Blob, []fs.NewBlock{nb}, size, mtime)
+	if err != nil {
+		return err
+	}
+	f.stats.InlineCommits.Add(1)
+	st.cacheMu.Lock()
+	if st.blocks != nil && f.cfg.Snapshot == 0 {
+		st.blocks[0] = res.Blocks[0]
+	}
+	state.Size, state.DataGen = res.Size, res.DataGen
+	st.setState(state)
+	st.cacheMu.Unlock()
+	return nil
+}
+
+// blockData returns the data of block ref of blob: its tract's (cached),
+// or what the pair holds (a small file).
+func (f *FS) blockData(ctx context.Context, blob fs.GUID, ref fs.BlockRef) ([]byte, error) {
+	if ref.Inline != nil {
+		return ref.Inline, nil
+	}
+	return f.readTract(ctx, blob, ref.Tract)
 }
 
 // blockRefs returns the file's committed state and the pairs of the given
@@ -589,7 +769,7 @@ func (f *FS) readOnce(ctx context.Context, st *file, off uint64, dest []byte) (i
 		if !b.Found {
 			return nil // a hole
 		}
-		data, err := f.readTract(ctx, state.Blob, b.Tract)
+		data, err := f.blockData(ctx, state.Blob, b)
 		if err != nil {
 			return err
 		}
@@ -635,7 +815,7 @@ func (f *FS) prefetch(st *file, off uint64) {
 		defer cancel()
 		s, _ := fs.BlockAt(off, f.tractSize)
 		state, refs, err := f.blockRefs(ctx, st, []uint64{s})
-		if err != nil || !refs[0].Found {
+		if err != nil || !refs[0].Found || refs[0].Inline != nil {
 			return
 		}
 		_, _ = f.readTract(ctx, state.Blob, refs[0].Tract)

@@ -76,6 +76,12 @@ type FS struct {
 	files   map[fs.Handle]*file
 	dirty   atomic.Int64
 
+	// bare are objects seen without extended attributes, until when the
+	// client answers their getxattr and listxattr itself (the kernel asks
+	// for security.capability before every write).
+	bareMu sync.Mutex
+	bare   map[fs.Handle]time.Time
+
 	closeMu sync.Mutex
 	closed  bool
 	stats   Stats
@@ -84,6 +90,9 @@ type FS struct {
 // Stats counts what an FS did (fields only grow).
 type Stats struct {
 	Flushes, TractWrites, TractReads, TractFrees, StaleReads atomic.Int64
+	// InlineCommits counts flushes of small files whose bytes went into
+	// the metadata.
+	InlineCommits atomic.Int64
 }
 
 // NewFS returns a client of the file system cfg.Meta serves.
@@ -116,7 +125,7 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	return &FS{
 		cfg: cfg, md: cfg.Meta, data: cfg.Data, log: cfg.Logger, now: cfg.Clock, tractSize: ts,
 		readOnly: cfg.ReadOnly || cfg.Snapshot != 0, tracts: newTractCache(cfg.TractCacheBytes),
-		files: map[fs.Handle]*file{},
+		files: map[fs.Handle]*file{}, bare: map[fs.Handle]time.Time{},
 	}, nil
 }
 
@@ -156,16 +165,65 @@ func (f *FS) writable() error {
 func (f *FS) Lookup(ctx context.Context, dir fs.Handle, name string) (fs.Attr, error) {
 	a, err := f.md.Lookup(ctx, dir, name)
 	if err == nil {
-		f.overlayDirty(&a)
+		f.saw(&a)
 	}
 	return a, err
 }
+
+// saw notes attributes the metadata service answered: what this client
+// buffered is laid over them, and an object with no extended attributes
+// is remembered as such for bareFor.
+func (f *FS) saw(a *fs.Attr) {
+	f.overlayDirty(a)
+	f.bareMu.Lock()
+	if a.Xattrs == 0 {
+		if len(f.bare) >= maxBare {
+			now := time.Now()
+			for h, until := range f.bare {
+				if now.After(until) {
+					delete(f.bare, h)
+				}
+			}
+			if len(f.bare) >= maxBare {
+				clear(f.bare)
+			}
+		}
+		f.bare[a.Handle] = time.Now().Add(bareFor)
+	} else {
+		delete(f.bare, a.Handle)
+	}
+	f.bareMu.Unlock()
+}
+
+// isBare reports whether h was seen without extended attributes lately.
+func (f *FS) isBare(h fs.Handle) bool {
+	f.bareMu.Lock()
+	defer f.bareMu.Unlock()
+	until, ok := f.bare[h]
+	return ok && time.Now().Before(until)
+}
+
+// forgetBare forgets what the client knew of h's extended attributes.
+func (f *FS) forgetBare(h fs.Handle) {
+	f.bareMu.Lock()
+	delete(f.bare, h)
+	f.bareMu.Unlock()
+}
+
+// bareFor is how long an object seen without extended attributes is
+// taken to have none: the kernel's attribute cache time, so an attribute
+// another client set shows as late as a mode it changed. maxBare bounds
+// the objects remembered.
+const (
+	bareFor = time.Second
+	maxBare = 1 << 16
+)
 
 // GetAttr returns h's attributes, with what this client buffered.
 func (f *FS) GetAttr(ctx context.Context, h fs.Handle) (fs.Attr, error) {
 	a, err := f.md.GetAttr(ctx, h)
 	if err == nil {
-		f.overlayDirty(&a)
+		f.saw(&a)
 	}
 	return a, err
 }
@@ -177,7 +235,12 @@ func (f *FS) SetAttr(ctx context.Context, h fs.Handle, in fs.SetAttrIn) (fs.Attr
 	if err := f.writable(); err != nil {
 		return fs.Attr{}, err
 	}
-	if in.Valid&(fs.SetSize|fs.SetMtime|fs.SetMtimeNow) != 0 {
+	if a, ok := f.holdAttr(h, in); ok {
+		return a, nil
+	}
+	if in.Valid&(fs.SetSize|fs.SetMtime|fs.SetMtimeNow) != 0 || f.heldAttrs(h) {
+		// Buffered data first (a flush must not undo the change), and
+		// held attribute changes before this one.
 		if err := f.Flush(ctx, h); err != nil {
 			return fs.Attr{}, err
 		}
@@ -186,7 +249,23 @@ func (f *FS) SetAttr(ctx context.Context, h fs.Handle, in fs.SetAttrIn) (fs.Attr
 	if err == nil && in.Valid&fs.SetSize != 0 {
 		f.forgetBlocks(h)
 	}
+	if err == nil {
+		f.saw(&a)
+	}
 	return a, err
+}
+
+// heldAttrs reports whether attribute changes to h are held back.
+func (f *FS) heldAttrs(h fs.Handle) bool {
+	f.filesMu.Lock()
+	st := f.files[h]
+	f.filesMu.Unlock()
+	if st == nil {
+		return false
+	}
+	st.sumMu.Lock()
+	defer st.sumMu.Unlock()
+	return st.pend.Valid != 0
 }
 
 // Create creates a regular file and opens it (Release closes it).
@@ -203,6 +282,7 @@ func (f *FS) Create(ctx context.Context, dir fs.Handle, name string, mode uint32
 	f.filesMu.Lock()
 	st.opens++
 	f.filesMu.Unlock()
+	f.saw(&a)
 	// A new file: its state is known and it has no blocks, so its first
 	// flush needs no read of either.
 	st.cacheMu.Lock()
@@ -217,7 +297,11 @@ func (f *FS) Mknod(ctx context.Context, dir fs.Handle, name string, mode uint32,
 	if err := f.writable(); err != nil {
 		return fs.Attr{}, err
 	}
-	return f.md.Mknod(ctx, dir, name, mode, rdev, cred)
+	a, err := f.md.Mknod(ctx, dir, name, mode, rdev, cred)
+	if err == nil {
+		f.saw(&a)
+	}
+	return a, err
 }
 
 // Mkdir creates a directory.
@@ -225,7 +309,11 @@ func (f *FS) Mkdir(ctx context.Context, dir fs.Handle, name string, mode uint32,
 	if err := f.writable(); err != nil {
 		return fs.Attr{}, err
 	}
-	return f.md.Mkdir(ctx, dir, name, mode, cred)
+	a, err := f.md.Mkdir(ctx, dir, name, mode, cred)
+	if err == nil {
+		f.saw(&a)
+	}
+	return a, err
 }
 
 // Symlink creates a symbolic link to target.
@@ -233,7 +321,11 @@ func (f *FS) Symlink(ctx context.Context, dir fs.Handle, name, target string, cr
 	if err := f.writable(); err != nil {
 		return fs.Attr{}, err
 	}
-	return f.md.Symlink(ctx, dir, name, target, cred)
+	a, err := f.md.Symlink(ctx, dir, name, target, cred)
+	if err == nil {
+		f.saw(&a)
+	}
+	return a, err
 }
 
 // Readlink returns a symlink's target.
@@ -248,7 +340,7 @@ func (f *FS) Link(ctx context.Context, h, dir fs.Handle, newName string) (fs.Att
 	}
 	a, err := f.md.Link(ctx, h, dir, newName)
 	if err == nil {
-		f.overlayDirty(&a)
+		f.saw(&a)
 	}
 	return a, err
 }
@@ -287,14 +379,18 @@ func (f *FS) ReadDirPlus(ctx context.Context, dir fs.Handle, after uint64, max i
 	es, err := f.md.ReadDirPlus(ctx, dir, after, max)
 	for i := range es {
 		if es[i].OK {
-			f.overlayDirty(&es[i].Attr)
+			f.saw(&es[i].Attr)
 		}
 	}
 	return es, err
 }
 
-// GetXattr returns the value of h's attribute name.
+// GetXattr returns the value of h's attribute name (ENODATA at once for
+// an object seen without attributes lately).
 func (f *FS) GetXattr(ctx context.Context, h fs.Handle, name string) ([]byte, error) {
+	if f.isBare(h) {
+		return nil, fmt.Errorf("no attribute %q: %w", name, syscall.ENODATA)
+	}
 	return f.md.GetXattr(ctx, h, name)
 }
 
@@ -303,11 +399,16 @@ func (f *FS) SetXattr(ctx context.Context, h fs.Handle, name string, value []byt
 	if err := f.writable(); err != nil {
 		return err
 	}
+	f.forgetBare(h)
+	defer f.forgetBare(h) // an answer read before this one may have said "none"
 	return f.md.SetXattr(ctx, h, name, value, flags)
 }
 
 // ListXattr returns the names of h's attributes.
 func (f *FS) ListXattr(ctx context.Context, h fs.Handle) ([]string, error) {
+	if f.isBare(h) {
+		return nil, nil
+	}
 	return f.md.ListXattr(ctx, h)
 }
 
@@ -316,6 +417,8 @@ func (f *FS) RemoveXattr(ctx context.Context, h fs.Handle, name string) error {
 	if err := f.writable(); err != nil {
 		return err
 	}
+	f.forgetBare(h)
+	defer f.forgetBare(h)
 	return f.md.RemoveXattr(ctx, h, name)
 }
 
@@ -331,6 +434,7 @@ func (f *FS) Open(ctx context.Context, h fs.Handle) (fs.Attr, error) {
 		return a, err
 	}
 	if a.IsDir() {
+		f.saw(&a)
 		return a, nil
 	}
 	st := f.pin(h, true)
@@ -338,6 +442,7 @@ func (f *FS) Open(ctx context.Context, h fs.Handle) (fs.Attr, error) {
 	f.filesMu.Lock()
 	st.opens++
 	f.filesMu.Unlock()
+	f.saw(&a)
 	st.cacheMu.Lock()
 	st.known, st.blocks, st.complete = false, nil, false
 	st.cacheMu.Unlock()

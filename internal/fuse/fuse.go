@@ -90,7 +90,7 @@ func New(fsys *fsclient.FS, dir string, opts Options) (*Mount, error) {
 	if snapshot {
 		negative = time.Hour
 	}
-	r := &root{fsys: fsys, log: opts.Logger, snapshot: snapshot, gens: map[uint64]uint64{}}
+	r := &root{fsys: fsys, log: opts.Logger, snapshot: snapshot, attrTimeout: attr, gens: map[uint64]uint64{}}
 	rootNode := &node{r: r, h: fs.RootHandle}
 	name := opts.Name
 	if name == "" {
@@ -163,6 +163,8 @@ type root struct {
 	fsys     *fsclient.FS
 	log      *slog.Logger
 	snapshot bool
+	// attrTimeout is how long the kernel caches attributes (Options).
+	attrTimeout time.Duration
 
 	// gens is the data generation of each file as this mount last told
 	// the kernel (by inode number): an open that finds another one tells
@@ -330,6 +332,10 @@ func (n *node) Setattr(ctx context.Context, _ gofs.FileHandle, in *gofuse.SetAtt
 		n.r.sawGen(a.Ino, a.DataGen)
 	}
 	fillAttr(&a, &out.Attr)
+	// As for any attributes this mount hands out: without a timeout the
+	// kernel asks for them again at once (tar's chown, chmod and utimens
+	// of a file each cost a GETATTR more).
+	out.SetTimeout(n.r.attrTimeout)
 	return 0
 }
 

@@ -74,7 +74,7 @@ func newTestCluster(t testing.TB, servers int, opts ...func(*testCluster)) *test
 	for i := range servers {
 		c.start(uint64(i + 1))
 	}
-	cl, err := NewClient(ClientConfig{Directory: c.dir.Client(), Dial: dialTest, Logger: c.log})
+	cl, err := NewClient(ClientConfig{Directory: c.dir.Client(), Dial: dialTest, Logger: c.log, Durable: os.Getenv("DURABLE") != ""})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,6 +105,9 @@ func (s *store) applyLocked(tx *txn, early bool) *pending {
 	w, _ := s.writeEpochLocked()
 	s.nextSeq++
 	p := &pending{seq: s.nextSeq, gen: s.gen, w: w, session: tx.session, early: early, tables: tx.tables, done: make(chan struct{})}
+	if early {
+		s.m.earlyEntries.Add(1)
+	}
 	for _, k := range tx.order {
 		bw := tx.writes[k]
 		p.writes = append(p.writes, bw)
@@ -155,20 +158,36 @@ func (s *store) commitLoop() {
 	defer s.wg.Done()
 	batch := s.lim.BatchEntries
 	tries := 0
+	var last time.Time // when the last commit started
 	for {
 		s.mu.Lock()
 		n := batchLen(s.queue, batch)
 		todo := slices.Clone(s.queue[:n])
+		var wait time.Duration
+		if n > 0 && n < batch {
+			wait = time.Until(last.Add(s.lim.CommitInterval))
+			if wait > 0 && (s.urgent > 0 || !allEarly(s.queue)) {
+				wait = 0
+				s.m.hurried.Add(1)
+			}
+		}
 		s.mu.Unlock()
-		if n == 0 {
+		if n == 0 || wait > 0 {
+			var timer <-chan time.Time
+			if wait > 0 {
+				timer = time.After(wait)
+			}
 			select {
 			case <-s.kick:
-				continue
+			case <-timer:
+				last = time.Time{}
 			case <-s.stop:
 				s.abortAll(errors.New("meta: the server is stopping"))
 				return
 			}
+			continue
 		}
+		last = time.Now()
 		err := s.commit(todo)
 		if errors.Is(err, btree.ErrAmbiguous) {
 			if landed, rerr := s.landed(todo); rerr == nil && landed {
@@ -186,6 +205,9 @@ func (s *store) commitLoop() {
 		case (errors.Is(err, btree.ErrTooManyValues) || errors.Is(err, btree.ErrGaveUp)) && len(todo) > 1:
 			// Too many pages, or too many splits for one transaction's
 			// attempts: smaller batches.
+			if errors.Is(err, btree.ErrGaveUp) {
+				s.log.Info("a batch commit gave up; trying smaller batches", "entries", len(todo), "err", err)
+			}
 			batch = max(1, len(todo)/2)
 		case errors.As(err, &fenced) || tries+1 >= maxCommitTries || s.stopping():
 			s.log.Warn("a batch commit failed; the pending operations are aborted", "entries", len(todo), "err", err)
@@ -206,8 +228,10 @@ func (s *store) commitLoop() {
 // maxBatchBytes bounds the bytes one batch writes (keys and values): a
 // batch's leaves must fit one MPSC (btree.MaxTxnValues pages), and a
 // batch that fills pages makes the tree split them first, one structural
-// transaction each.
-const maxBatchBytes = 32 << 10
+// transaction and one attempt of the batch each (past a few, attempts
+// back off: a batch of 70 small files kept inline once took minutes).
+// Two leaves' worth keeps it to a split or two.
+const maxBatchBytes = 16 << 10
 
 // batchLen is how many entries from the head of queue the next batch
 // takes: at most max, and no more bytes than maxBatchBytes (but one at
@@ -224,6 +248,17 @@ func batchLen(queue []*pending, max int) int {
 		n++
 	}
 	return n
+}
+
+// allEarly reports whether every entry of queue was answered early
+// (nobody waits for them to be durable).
+func allEarly(queue []*pending) bool {
+	for _, p := range queue {
+		if !p.early {
+			return false
+		}
+	}
+	return true
 }
 
 // errCommitFailed: a commit whose outcome was unknown did not land.
@@ -493,9 +528,13 @@ type safeState struct {
 
 // waitSafe waits until the store's durable entry passes after or its abort
 // count passes gen, or until d passes or ctx ends; then it says where the
-// store is.
-func (s *store) waitSafe(ctx context.Context, after, gen uint64, d time.Duration) safeState {
+// store is. urgent: the caller waits on it (the committer does not space
+// its commits meanwhile).
+func (s *store) waitSafe(ctx context.Context, after, gen uint64, urgent bool, d time.Duration) safeState {
 	deadline := time.Now().Add(d)
+	if urgent {
+		defer s.hurry()()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.durable <= after && s.gen <= gen && time.Now().Before(deadline) && ctx.Err() == nil {

@@ -707,7 +707,7 @@ func (m *FSClient) FileBlocks(ctx context.Context, hd fs.Handle, starts []uint64
 func (m *FSClient) CommitBlocks(ctx context.Context, hd fs.Handle, blob fs.GUID, blocks []fs.NewBlock, size uint64, mtime int64) (fs.BlocksCommitted, error) {
 	req := &pb.CommitBlocksRequest{Handle: handleToPB(hd), Blob: blob[:], Size: size, MtimeNs: mtime}
 	for _, b := range blocks {
-		req.Blocks = append(req.Blocks, &pb.NewBlock{Start: b.Start, Tract: b.Tract, Length: b.Length, Base: blockToPB(b.Base)})
+		req.Blocks = append(req.Blocks, &pb.NewBlock{Start: b.Start, Tract: b.Tract, Length: b.Length, Base: blockToPB(b.Base), Inline: b.Inline})
 	}
 	var resp *pb.CommitBlocksResponse
 	err := m.callRecorded(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {

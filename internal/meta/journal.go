@@ -58,6 +58,8 @@ type journal struct {
 	failed    int
 	failure   error
 	stats     JournalStats
+	// waiters are barriers and syncs waiting: the pollers ask urgently.
+	waiters int
 }
 
 // JournalStats counts what a session's journal did (fields only grow).
@@ -216,7 +218,7 @@ func (j *journal) poll(st *journalStore) {
 			j.mu.Unlock()
 			return
 		}
-		req := &pb.WaitSafeRequest{Fs: j.m.f, Store: st.id, After: st.durable, Gen: st.gen}
+		req := &pb.WaitSafeRequest{Fs: j.m.f, Store: st.id, After: st.durable, Gen: st.gen, Urgent: j.waiters > 0}
 		node := st.node
 		j.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), safePollWait)
@@ -345,6 +347,12 @@ func (j *journal) replay() {
 func (j *journal) barrier(ctx context.Context, node uint64, withLost bool) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	waiting := false
+	defer func() {
+		if waiting {
+			j.waiters--
+		}
+	}()
 	var targets []*unsafeOp
 	for _, st := range j.stores {
 		for _, op := range st.ops {
@@ -368,6 +376,10 @@ func (j *journal) barrier(ctx context.Context, node uint64, withLost bool) error
 		}
 		if pending == 0 {
 			return nil
+		}
+		if !waiting {
+			waiting = true
+			j.waiters++
 		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%w: waiting for %d operations answered early to be durable: %w", syscall.EIO, pending, err)

@@ -9,7 +9,10 @@ import (
 // storeMetrics count what a server's stores did (all file systems).
 type storeMetrics struct {
 	loads, evictions, commits, committedEntries, aborts, pending atomic.Int64
-	commitSeconds                                                prometheus.Histogram
+	// earlyEntries counts entries answered before they were durable;
+	// hurried, commits started early because someone waited.
+	earlyEntries, hurried atomic.Int64
+	commitSeconds         prometheus.Histogram
 }
 
 func newStoreMetrics() *storeMetrics {
@@ -32,6 +35,8 @@ func (m *storeMetrics) register(reg prometheus.Registerer) error {
 		counter("commits_total", "Group commits.", &m.commits),
 		counter("committed_operations_total", "Operations committed by group commits.", &m.committedEntries),
 		counter("aborted_operations_total", "Operations aborted by a failed group commit (clients ask again).", &m.aborts),
+		counter("early_operations_total", "Operations answered before they were durable (early replies).", &m.earlyEntries),
+		counter("hurried_commits_total", "Group commits started before the commit interval because an operation, an fsync or a barrier waited.", &m.hurried),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "arbor", Subsystem: "meta", Name: "pending_operations", Help: "Operations applied to a table cache, not yet durable."},
 			func() float64 { return float64(m.pending.Load()) }),
 		m.commitSeconds,

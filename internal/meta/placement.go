@@ -23,7 +23,9 @@ import (
 //
 // Urgency (0..1) grows as a member's usage or ingest load nears its high
 // threshold; Tolerance (how much disparity is acceptable) shrinks as the
-// members fill up. The computation is deterministic and has no clock: it
+// members fill up. A member's excess share of the ingest counts in
+// proportion to its creates per second (in full from loadLow): a light
+// ingest, however lopsided, stays local. The computation is deterministic and has no clock: it
 // is tested step by step (placement_test.go).
 
 // memberLoad is what the refresh gathers about one metadata server.
@@ -128,6 +130,12 @@ func computePlacement(self uint64, members []memberLoad, cfg placementConfig) pl
 			if excess < t.tolerance {
 				rp *= excess / t.tolerance
 			}
+			// An imbalance of a light ingest is no reason to scatter a
+			// tree (one untar would place most of its directories
+			// remotely, and every move between servers costs a table and
+			// a barrier): the share counts in proportion to the load, in
+			// full from loadLow creates per second.
+			rp *= clamp01(mine / cfg.loadLow)
 		}
 	}
 	rp = math.Max(rp, urgency[self])

@@ -35,13 +35,14 @@ func TestPlacementBalancedStaysLocal(t *testing.T) {
 	}
 }
 
-// TestPlacementHotMemberSheds: a member taking most of the creates gets
-// an RP near its excess share; the emptier member gets the larger AT.
+// TestPlacementHotMemberSheds: a member taking most of a heavy ingest
+// gets an RP near its excess share; the emptier member gets the larger
+// AT.
 func TestPlacementHotMemberSheds(t *testing.T) {
 	ms := []memberLoad{
-		{node: 1, inodes: 5e6, creates: 900},
-		{node: 2, inodes: 1e6, creates: 50},
-		{node: 3, inodes: 3e6, creates: 50},
+		{node: 1, inodes: 5e6, creates: 2700},
+		{node: 2, inodes: 1e6, creates: 150},
+		{node: 3, inodes: 3e6, creates: 150},
 	}
 	p := computePlacement(1, ms, defaultPlacement)
 	if p.rp[1] < 0.5 {
@@ -96,5 +97,22 @@ func TestPlacementTableCap(t *testing.T) {
 	s.place.members = []memberLoad{{node: 1, tables: maxTablesPerMember + 1}, {node: 2, tables: maxTablesPerMember - 1}}
 	if to, ok := s.placeRemote(nil, fs.RootHandle); ok {
 		t.Fatalf("a directory went to member %d with %d tables served", to, 2*maxTablesPerMember)
+	}
+}
+
+// TestPlacementLightIngestStaysLocal: one client untarring alone makes
+// its server take every create, but at a few hundred creates per second
+// the tree stays with its parents (a remote directory costs a table and a
+// move between servers).
+func TestPlacementLightIngestStaysLocal(t *testing.T) {
+	ms := []memberLoad{
+		{node: 1, inodes: 5e4, creates: 60},
+		{node: 2, inodes: 1e3},
+		{node: 3, inodes: 1e3},
+		{node: 4, inodes: 1e3},
+		{node: 5, inodes: 1e3},
+	}
+	if p := computePlacement(1, ms, defaultPlacement); p.rp[1] > 0.05 || p.rp[catRoot] != 1 {
+		t.Errorf("RP %v for a light ingest: want near 0 below the root", p.rp)
 	}
 }

@@ -424,9 +424,11 @@ func (s *Server) Xattr(ctx context.Context, req *pb.XattrRequest) (*pb.XattrResp
 	default:
 		return &pb.XattrResponse{Error: errorToPB(invalidf("xattr operation %v", req.GetOp()))}, nil
 	}
-	if e, _ := s.run(ctx, r, fn, rebuild); e != nil {
-		return &pb.XattrResponse{Error: e}, nil
+	e, ack := s.run(ctx, r, fn, rebuild)
+	if e != nil {
+		return &pb.XattrResponse{Error: e, Ack: ack}, nil
 	}
+	resp.Ack = ack
 	return resp, nil
 }
 
@@ -494,7 +496,7 @@ func (s *Server) WaitSafe(ctx context.Context, req *pb.WaitSafeRequest) (*pb.Wai
 	if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(dl)*3/4)
 	}
-	state := st.st.waitSafe(ctx, req.GetAfter(), req.GetGen(), wait)
+	state := st.st.waitSafe(ctx, req.GetAfter(), req.GetGen(), req.GetUrgent(), wait)
 	resp := &pb.WaitSafeResponse{Durable: state.durable, Gen: state.gen, Unknown: !state.known}
 	for _, r := range state.lost {
 		resp.Lost = append(resp.Lost, &pb.SeqRange{From: r.from, To: r.to})
@@ -558,7 +560,7 @@ func (s *Server) CommitBlocks(ctx context.Context, req *pb.CommitBlocksRequest) 
 	}
 	nbs := make([]fs.NewBlock, len(req.GetBlocks()))
 	for i, b := range req.GetBlocks() {
-		nbs[i] = fs.NewBlock{Start: b.GetStart(), Tract: b.GetTract(), Length: b.GetLength(), Base: blockFromPB(b.GetBase())}
+		nbs[i] = fs.NewBlock{Start: b.GetStart(), Tract: b.GetTract(), Length: b.GetLength(), Base: blockFromPB(b.GetBase()), Inline: b.GetInline()}
 	}
 	var res fs.BlocksCommitted
 	h := handleFromPB(req.GetHandle())

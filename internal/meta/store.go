@@ -74,7 +74,11 @@ type store struct {
 	durable   uint64
 	gen       uint64
 	lost      []lostRange
-	kick      chan struct{}
+	// urgent counts callers waiting for the queue to be durable (WaitSafe
+	// asked urgently, WaitDurable): the committer does not space commits
+	// for them.
+	urgent int
+	kick   chan struct{}
 
 	stop chan struct{}
 	// ctx ends at close: it bounds the committer's work.
@@ -144,12 +148,18 @@ type Limits struct {
 	CacheBytes int64
 	// BatchEntries bounds the operations one commit carries.
 	BatchEntries int
+	// CommitInterval spaces commits of operations answered early, so that
+	// more share one commit (each costs a Raft round on three replicas):
+	// a commit starts this long after the previous one started, unless
+	// someone waits for the queue (an operation answered only once
+	// durable, an fsync, a barrier).
+	CommitInterval time.Duration
 	// CommitTimeout bounds one batch commit, retries included.
 	CommitTimeout time.Duration
 }
 
 // DefaultLimits are the limits a server uses unless told otherwise.
-var DefaultLimits = Limits{CacheBytes: 512 << 20, BatchEntries: 256, CommitTimeout: 30 * time.Second}
+var DefaultLimits = Limits{CacheBytes: 512 << 20, BatchEntries: 256, CommitTimeout: 30 * time.Second, CommitInterval: 10 * time.Millisecond}
 
 // maxWrittenKeys bounds the distinct keys one operation's transaction
 // writes: with its reply record and the headers of up to two tables it
@@ -495,16 +505,34 @@ func (s *store) waitWritable(ctx context.Context) error {
 // WaitDurable implements fs.DurableWaiter: it waits for the newest
 // pending entry (entries commit in order).
 func (s *store) WaitDurable(ctx context.Context) error {
-	s.mu.RLock()
+	s.mu.Lock()
 	var last *pending
 	if n := len(s.queue); n > 0 {
 		last = s.queue[n-1]
 	}
-	s.mu.RUnlock()
+	s.mu.Unlock()
 	if last == nil {
 		return nil
 	}
+	defer s.hurry()()
 	return last.wait(ctx)
+}
+
+// hurry tells the committer someone waits for the queue, until the
+// returned func is called.
+func (s *store) hurry() func() {
+	s.mu.Lock()
+	s.urgent++
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return func() {
+		s.mu.Lock()
+		s.urgent--
+		s.mu.Unlock()
+	}
 }
 
 var _ fs.DurableWaiter = (*store)(nil)

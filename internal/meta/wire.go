@@ -35,6 +35,7 @@ func attrToPB(a fs.Attr) *pb.Attr {
 		Handle: handleToPB(a.Handle), Ino: a.Ino, Mode: a.Mode, Nlink: a.Nlink, Uid: a.Uid, Gid: a.Gid,
 		Size: a.Size, Blocks: a.Blocks, Rdev: a.Rdev, AtimeNs: a.Atime.UnixNano(), MtimeNs: a.Mtime.UnixNano(),
 		CtimeNs: a.Ctime.UnixNano(), BtimeNs: a.Btime.UnixNano(), DataGen: a.DataGen, BlobExists: a.BlobExists,
+		Xattrs: a.Xattrs,
 	}
 	if !a.Blob.IsZero() {
 		out.Blob = a.Blob[:]
@@ -55,15 +56,23 @@ func attrFromPB(a *pb.Attr) (fs.Attr, error) {
 		Uid: a.GetUid(), Gid: a.GetGid(), Size: a.GetSize(), Blocks: a.GetBlocks(), Rdev: a.GetRdev(),
 		Atime: time.Unix(0, a.GetAtimeNs()), Mtime: time.Unix(0, a.GetMtimeNs()), Ctime: time.Unix(0, a.GetCtimeNs()),
 		Btime: time.Unix(0, a.GetBtimeNs()), DataGen: a.GetDataGen(), Blob: blob, BlobExists: a.GetBlobExists(),
+		Xattrs: a.GetXattrs(),
 	}, nil
 }
 
 func blockToPB(b fs.BlockRef) *pb.BlockRef {
-	return &pb.BlockRef{Found: b.Found, S: b.S, Tract: b.Tract, Length: b.Length}
+	return &pb.BlockRef{Found: b.Found, S: b.S, Tract: b.Tract, Length: b.Length, Inline: b.Inline}
 }
 
 func blockFromPB(b *pb.BlockRef) fs.BlockRef {
-	return fs.BlockRef{Found: b.GetFound(), S: b.GetS(), Tract: b.GetTract(), Length: b.GetLength()}
+	out := fs.BlockRef{Found: b.GetFound(), S: b.GetS(), Tract: b.GetTract(), Length: b.GetLength()}
+	if b.GetInline() != nil {
+		out.Inline = b.GetInline()
+		if out.Inline == nil {
+			out.Inline = []byte{}
+		}
+	}
+	return out
 }
 
 // errorToPB turns an operation's error into the wire's answer (nil for

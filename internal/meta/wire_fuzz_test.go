@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"reflect"
 	"syscall"
 	"testing"
 	"time"
@@ -140,7 +141,7 @@ func FuzzHandleBlockFromPB(f *testing.F) {
 		r := &pb.BlockRef{}
 		if proto.Unmarshal(b, r) == nil {
 			x := blockFromPB(r)
-			if y := blockFromPB(blockToPB(x)); x != y || x.Tract != r.GetTract() || x.Length != r.GetLength() {
+			if y := blockFromPB(blockToPB(x)); !reflect.DeepEqual(x, y) || x.Tract != r.GetTract() || x.Length != r.GetLength() || !bytes.Equal(x.Inline, r.GetInline()) {
 				t.Fatalf("block %v: %+v, then %+v", r, x, y)
 			}
 		}

@@ -567,23 +567,26 @@ func (x *Cred) GetGid() uint32 {
 }
 
 type Attr struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Handle        *Handle                `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
-	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
-	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
-	Nlink         uint32                 `protobuf:"varint,4,opt,name=nlink,proto3" json:"nlink,omitempty"`
-	Uid           uint32                 `protobuf:"varint,5,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,6,opt,name=gid,proto3" json:"gid,omitempty"`
-	Size          uint64                 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
-	Blocks        uint64                 `protobuf:"varint,8,opt,name=blocks,proto3" json:"blocks,omitempty"`
-	Rdev          uint64                 `protobuf:"varint,9,opt,name=rdev,proto3" json:"rdev,omitempty"`
-	AtimeNs       int64                  `protobuf:"varint,10,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
-	MtimeNs       int64                  `protobuf:"varint,11,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
-	CtimeNs       int64                  `protobuf:"varint,12,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
-	BtimeNs       int64                  `protobuf:"varint,13,opt,name=btime_ns,json=btimeNs,proto3" json:"btime_ns,omitempty"`
-	DataGen       uint64                 `protobuf:"varint,14,opt,name=data_gen,json=dataGen,proto3" json:"data_gen,omitempty"`
-	Blob          []byte                 `protobuf:"bytes,15,opt,name=blob,proto3" json:"blob,omitempty"`
-	BlobExists    bool                   `protobuf:"varint,16,opt,name=blob_exists,json=blobExists,proto3" json:"blob_exists,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Handle     *Handle                `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	Ino        uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode       uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Nlink      uint32                 `protobuf:"varint,4,opt,name=nlink,proto3" json:"nlink,omitempty"`
+	Uid        uint32                 `protobuf:"varint,5,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid        uint32                 `protobuf:"varint,6,opt,name=gid,proto3" json:"gid,omitempty"`
+	Size       uint64                 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	Blocks     uint64                 `protobuf:"varint,8,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	Rdev       uint64                 `protobuf:"varint,9,opt,name=rdev,proto3" json:"rdev,omitempty"`
+	AtimeNs    int64                  `protobuf:"varint,10,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
+	MtimeNs    int64                  `protobuf:"varint,11,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	CtimeNs    int64                  `protobuf:"varint,12,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
+	BtimeNs    int64                  `protobuf:"varint,13,opt,name=btime_ns,json=btimeNs,proto3" json:"btime_ns,omitempty"`
+	DataGen    uint64                 `protobuf:"varint,14,opt,name=data_gen,json=dataGen,proto3" json:"data_gen,omitempty"`
+	Blob       []byte                 `protobuf:"bytes,15,opt,name=blob,proto3" json:"blob,omitempty"`
+	BlobExists bool                   `protobuf:"varint,16,opt,name=blob_exists,json=blobExists,proto3" json:"blob_exists,omitempty"`
+	// How many extended attributes the object has (a client that saw none
+	// answers getxattr itself for a moment).
+	Xattrs        uint32 `protobuf:"varint,17,opt,name=xattrs,proto3" json:"xattrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -728,6 +731,13 @@ func (x *Attr) GetBlobExists() bool {
 		return x.BlobExists
 	}
 	return false
+}
+
+func (x *Attr) GetXattrs() uint32 {
+	if x != nil {
+		return x.Xattrs
+	}
+	return 0
 }
 
 // Error is an answer other than success.
@@ -2298,11 +2308,14 @@ func (x *FileState) GetDataGen() uint64 {
 }
 
 type BlockRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
-	S             uint64                 `protobuf:"varint,2,opt,name=s,proto3" json:"s,omitempty"`
-	Tract         uint64                 `protobuf:"varint,3,opt,name=tract,proto3" json:"tract,omitempty"`
-	Length        uint64                 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Found  bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	S      uint64                 `protobuf:"varint,2,opt,name=s,proto3" json:"s,omitempty"`
+	Tract  uint64                 `protobuf:"varint,3,opt,name=tract,proto3" json:"tract,omitempty"`
+	Length uint64                 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	// A small file's block holds its data (fs.MaxInlineBytes); tract then
+	// only tells this write of it from others.
+	Inline        []byte `protobuf:"bytes,5,opt,name=inline,proto3" json:"inline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2363,6 +2376,13 @@ func (x *BlockRef) GetLength() uint64 {
 		return x.Length
 	}
 	return 0
+}
+
+func (x *BlockRef) GetInline() []byte {
+	if x != nil {
+		return x.Inline
+	}
+	return nil
 }
 
 type FileBlocksRequest struct {
@@ -2486,11 +2506,13 @@ func (x *FileBlocksResponse) GetBlocks() []*BlockRef {
 }
 
 type NewBlock struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Start         uint64                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
-	Tract         uint64                 `protobuf:"varint,2,opt,name=tract,proto3" json:"tract,omitempty"`
-	Length        uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
-	Base          *BlockRef              `protobuf:"bytes,4,opt,name=base,proto3" json:"base,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Start  uint64                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	Tract  uint64                 `protobuf:"varint,2,opt,name=tract,proto3" json:"tract,omitempty"`
+	Length uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	Base   *BlockRef              `protobuf:"bytes,4,opt,name=base,proto3" json:"base,omitempty"`
+	// The data of a small file's only block, kept in the metadata.
+	Inline        []byte `protobuf:"bytes,5,opt,name=inline,proto3" json:"inline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2549,6 +2571,13 @@ func (x *NewBlock) GetLength() uint64 {
 func (x *NewBlock) GetBase() *BlockRef {
 	if x != nil {
 		return x.Base
+	}
+	return nil
+}
+
+func (x *NewBlock) GetInline() []byte {
+	if x != nil {
+		return x.Inline
 	}
 	return nil
 }
@@ -3469,11 +3498,14 @@ func (x *TableStats) GetFrozen() uint64 {
 // answer once its durable entry passes after or its abort count passes
 // gen, or when the call's deadline is near.
 type WaitSafeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Fs            uint64                 `protobuf:"varint,1,opt,name=fs,proto3" json:"fs,omitempty"`
-	Store         uint64                 `protobuf:"varint,2,opt,name=store,proto3" json:"store,omitempty"`
-	After         uint64                 `protobuf:"varint,3,opt,name=after,proto3" json:"after,omitempty"`
-	Gen           uint64                 `protobuf:"varint,4,opt,name=gen,proto3" json:"gen,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Fs    uint64                 `protobuf:"varint,1,opt,name=fs,proto3" json:"fs,omitempty"`
+	Store uint64                 `protobuf:"varint,2,opt,name=store,proto3" json:"store,omitempty"`
+	After uint64                 `protobuf:"varint,3,opt,name=after,proto3" json:"after,omitempty"`
+	Gen   uint64                 `protobuf:"varint,4,opt,name=gen,proto3" json:"gen,omitempty"`
+	// urgent: the client waits for it (fsync, a barrier): the store commits
+	// at once instead of spacing its commits.
+	Urgent        bool `protobuf:"varint,5,opt,name=urgent,proto3" json:"urgent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3534,6 +3566,13 @@ func (x *WaitSafeRequest) GetGen() uint64 {
 		return x.Gen
 	}
 	return 0
+}
+
+func (x *WaitSafeRequest) GetUrgent() bool {
+	if x != nil {
+		return x.Urgent
+	}
+	return false
 }
 
 // SeqRange is a range of a store's entries, both ends included.
@@ -4124,7 +4163,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x01c\x18\x02 \x01(\x04R\x01c\"*\n" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x91\x03\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\"\xa9\x03\n" +
 	"\x04Attr\x12-\n" +
 	"\x06handle\x18\x01 \x01(\v2\x15.arbor.meta.v1.HandleR\x06handle\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n" +
@@ -4143,7 +4182,8 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\bdata_gen\x18\x0e \x01(\x04R\adataGen\x12\x12\n" +
 	"\x04blob\x18\x0f \x01(\fR\x04blob\x12\x1f\n" +
 	"\vblob_exists\x18\x10 \x01(\bR\n" +
-	"blobExists\"\xba\x01\n" +
+	"blobExists\x12\x16\n" +
+	"\x06xattrs\x18\x11 \x01(\rR\x06xattrs\"\xba\x01\n" +
 	"\x05Error\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.arbor.meta.v1.Error.KindR\x04kind\x12\x14\n" +
 	"\x05errno\x18\x02 \x01(\rR\x05errno\x12\x18\n" +
@@ -4281,12 +4321,13 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x04blob\x18\x03 \x01(\fR\x04blob\x12\x1f\n" +
 	"\vblob_exists\x18\x04 \x01(\bR\n" +
 	"blobExists\x12\x19\n" +
-	"\bdata_gen\x18\x05 \x01(\x04R\adataGen\"\\\n" +
+	"\bdata_gen\x18\x05 \x01(\x04R\adataGen\"t\n" +
 	"\bBlockRef\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\f\n" +
 	"\x01s\x18\x02 \x01(\x04R\x01s\x12\x14\n" +
 	"\x05tract\x18\x03 \x01(\x04R\x05tract\x12\x16\n" +
-	"\x06length\x18\x04 \x01(\x04R\x06length\"\x89\x01\n" +
+	"\x06length\x18\x04 \x01(\x04R\x06length\x12\x16\n" +
+	"\x06inline\x18\x05 \x01(\fR\x06inline\"\x89\x01\n" +
 	"\x11FileBlocksRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x12-\n" +
 	"\x06handle\x18\x02 \x01(\v2\x15.arbor.meta.v1.HandleR\x06handle\x12\x16\n" +
@@ -4294,12 +4335,13 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x12FileBlocksResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12.\n" +
 	"\x05state\x18\x02 \x01(\v2\x18.arbor.meta.v1.FileStateR\x05state\x12/\n" +
-	"\x06blocks\x18\x03 \x03(\v2\x17.arbor.meta.v1.BlockRefR\x06blocks\"{\n" +
+	"\x06blocks\x18\x03 \x03(\v2\x17.arbor.meta.v1.BlockRefR\x06blocks\"\x93\x01\n" +
 	"\bNewBlock\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x14\n" +
 	"\x05tract\x18\x02 \x01(\x04R\x05tract\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\x04R\x06length\x12+\n" +
-	"\x04base\x18\x04 \x01(\v2\x17.arbor.meta.v1.BlockRefR\x04base\"\xe7\x01\n" +
+	"\x04base\x18\x04 \x01(\v2\x17.arbor.meta.v1.BlockRefR\x04base\x12\x16\n" +
+	"\x06inline\x18\x05 \x01(\fR\x06inline\"\xe7\x01\n" +
 	"\x13CommitBlocksRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x12-\n" +
 	"\x06handle\x18\x02 \x01(\v2\x15.arbor.meta.v1.HandleR\x06handle\x12\x12\n" +
@@ -4367,12 +4409,13 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x12creates_per_second\x18\v \x01(\x01R\x10createsPerSecond\x12\x1f\n" +
 	"\vwrite_epoch\x18\f \x01(\x04R\n" +
 	"writeEpoch\x12\x16\n" +
-	"\x06frozen\x18\r \x01(\x04R\x06frozen\"_\n" +
+	"\x06frozen\x18\r \x01(\x04R\x06frozen\"w\n" +
 	"\x0fWaitSafeRequest\x12\x0e\n" +
 	"\x02fs\x18\x01 \x01(\x04R\x02fs\x12\x14\n" +
 	"\x05store\x18\x02 \x01(\x04R\x05store\x12\x14\n" +
 	"\x05after\x18\x03 \x01(\x04R\x05after\x12\x10\n" +
-	"\x03gen\x18\x04 \x01(\x04R\x03gen\".\n" +
+	"\x03gen\x18\x04 \x01(\x04R\x03gen\x12\x16\n" +
+	"\x06urgent\x18\x05 \x01(\bR\x06urgent\".\n" +
 	"\bSeqRange\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\"\xb1\x01\n" +
