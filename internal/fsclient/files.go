@@ -35,6 +35,7 @@ type file struct {
 	// at pendAt by this client's clock.
 	attr      fs.Attr
 	attrKnown bool
+	attrAt    time.Time // when attr was answered
 	pend      fs.SetAttrIn
 	pendAt    int64
 
@@ -148,9 +149,47 @@ func (f *FS) overlayDirty(a *fs.Attr) {
 	st.sumMu.Lock()
 	defer st.sumMu.Unlock()
 	if a.Ino != 0 {
-		st.attr, st.attrKnown = *a, true
+		st.attr, st.attrKnown, st.attrAt = *a, true, time.Now()
 	}
 	st.overlayLocked(a)
+}
+
+// cachedAttr returns the attributes of h, a file this client has open,
+// as last answered less than openAttrFor ago, with what the client holds
+// back laid over them.
+func (f *FS) cachedAttr(h fs.Handle) (fs.Attr, bool) {
+	f.filesMu.Lock()
+	st := f.files[h]
+	open := st != nil && st.opens > 0
+	f.filesMu.Unlock()
+	if !open {
+		return fs.Attr{}, false
+	}
+	st.sumMu.Lock()
+	defer st.sumMu.Unlock()
+	if !st.attrKnown || time.Since(st.attrAt) > openAttrFor {
+		return fs.Attr{}, false
+	}
+	a := st.attr
+	st.overlayLocked(&a)
+	return a, true
+}
+
+// openAttrFor is how long the attributes of a file this client has open
+// answer its getattr without asking (the kernel asks after every write):
+// the kernel's own attribute cache time.
+const openAttrFor = time.Second
+
+// forgetAttrs drops the cached attributes of every open file (a link count
+// may have changed: a remove, rename or link by name).
+func (f *FS) forgetAttrs() {
+	f.filesMu.Lock()
+	defer f.filesMu.Unlock()
+	for _, st := range f.files {
+		st.sumMu.Lock()
+		st.attrAt = time.Time{}
+		st.sumMu.Unlock()
+	}
 }
 
 // overlayLocked lays what the client holds back (buffered writes,
@@ -269,7 +308,7 @@ func (f *FS) sendHeldAttrs(ctx context.Context, st *file) error {
 	if st.pend == p {
 		st.pend = fs.SetAttrIn{}
 	}
-	st.attr, st.attrKnown = a, true
+	st.attr, st.attrKnown, st.attrAt = a, true, time.Now()
 	st.sumMu.Unlock()
 	return nil
 }
@@ -430,6 +469,7 @@ func (f *FS) dropDirty(st *file) {
 	st.dirtyBytes = 0
 	st.sumMu.Lock()
 	st.hasDirty = false
+	st.attrAt = time.Time{} // the flush changed size and times: ask again
 	st.sumMu.Unlock()
 }
 

@@ -221,6 +221,9 @@ const (
 
 // GetAttr returns h's attributes, with what this client buffered.
 func (f *FS) GetAttr(ctx context.Context, h fs.Handle) (fs.Attr, error) {
+	if a, ok := f.cachedAttr(h); ok {
+		return a, nil
+	}
 	a, err := f.md.GetAttr(ctx, h)
 	if err == nil {
 		f.saw(&a)
@@ -339,6 +342,7 @@ func (f *FS) Link(ctx context.Context, h, dir fs.Handle, newName string) (fs.Att
 		return fs.Attr{}, err
 	}
 	a, err := f.md.Link(ctx, h, dir, newName)
+	f.forgetAttrs()
 	if err == nil {
 		f.saw(&a)
 	}
@@ -350,6 +354,7 @@ func (f *FS) Unlink(ctx context.Context, dir fs.Handle, name string) error {
 	if err := f.writable(); err != nil {
 		return err
 	}
+	defer f.forgetAttrs()
 	return f.md.Unlink(ctx, dir, name)
 }
 
@@ -358,6 +363,7 @@ func (f *FS) Rmdir(ctx context.Context, dir fs.Handle, name string) error {
 	if err := f.writable(); err != nil {
 		return err
 	}
+	defer f.forgetAttrs()
 	return f.md.Rmdir(ctx, dir, name)
 }
 
@@ -366,6 +372,7 @@ func (f *FS) Rename(ctx context.Context, srcDir fs.Handle, srcName string, dstDi
 	if err := f.writable(); err != nil {
 		return err
 	}
+	defer f.forgetAttrs()
 	return f.md.Rename(ctx, srcDir, srcName, dstDir, dstName, flags)
 }
 

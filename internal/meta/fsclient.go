@@ -51,12 +51,65 @@ type FSClient struct {
 	readyOnce    sync.Once
 	// j holds the operations answered early until they are durable
 	// (journal.go); early says whether the session asks for early answers.
-	j        *journal
-	early    bool
+	j     *journal
+	early bool
+	// dirs are directories' attributes as this session's last change in
+	// them left them (answers of creates, links, removes, renames), kept
+	// dirAttrFor: the kernel asks for a directory's attributes after each
+	// change in it.
+	dirsMu   sync.Mutex
+	dirs     map[fs.Handle]dirAttrs
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 }
+
+// dirAttrs are a directory's cached attributes.
+type dirAttrs struct {
+	a     fs.Attr
+	until time.Time
+}
+
+// dirAttrFor is how long a directory's attributes from a change's answer
+// are used: the kernel's attribute cache time (fuse, AttrTimeout), so a
+// change another client made shows no later than it would anyway.
+const dirAttrFor = time.Second
+
+// sawDir records directory attributes a change answered (nil: forget h's).
+func (m *FSClient) sawDir(h fs.Handle, a *pb.Attr) {
+	m.dirsMu.Lock()
+	defer m.dirsMu.Unlock()
+	if a == nil {
+		delete(m.dirs, h)
+		return
+	}
+	da, err := attrFromPB(a)
+	if err != nil || da.Handle != h || !da.IsDir() {
+		delete(m.dirs, h)
+		return
+	}
+	if old, ok := m.dirs[h]; ok && old.a.Ctime.After(da.Ctime) {
+		return // an answer overtaken by a later change's
+	}
+	if len(m.dirs) >= maxCachedDirs {
+		clear(m.dirs)
+	}
+	m.dirs[h] = dirAttrs{a: da, until: time.Now().Add(dirAttrFor)}
+}
+
+// cachedDir returns h's cached attributes, if fresh.
+func (m *FSClient) cachedDir(h fs.Handle) (fs.Attr, bool) {
+	m.dirsMu.Lock()
+	defer m.dirsMu.Unlock()
+	c, ok := m.dirs[h]
+	if !ok || time.Now().After(c.until) {
+		return fs.Attr{}, false
+	}
+	return c.a, true
+}
+
+// maxCachedDirs bounds the directories whose attributes are kept.
+const maxCachedDirs = 4096
 
 // sessionSlots is how many recorded requests a session has in flight at
 // most (the reply records a table keeps per session).
@@ -73,7 +126,7 @@ const sessionRenewal = 20 * time.Second
 func (c *Client) FileSystem(f, snap, session uint64) *FSClient {
 	m := &FSClient{c: c, f: f, snap: snap, session: session, slots: make(chan uint64, sessionSlots),
 		seqs: make([]uint64, sessionSlots), opens: map[fs.Handle]bool{}, synced: map[uint64]uint64{}, sessionReady: make(chan struct{}), stop: make(chan struct{}),
-		early: !c.durable && snap == 0}
+		early: !c.durable && snap == 0, dirs: map[fs.Handle]dirAttrs{}}
 	m.j = newJournal(m)
 	for i := range sessionSlots {
 		m.slots <- uint64(i)
@@ -455,8 +508,12 @@ func (m *FSClient) Lookup(ctx context.Context, dir fs.Handle, name string) (fs.A
 	})
 }
 
-// GetAttr implements fsclient.Metadata.
+// GetAttr implements fsclient.Metadata: a directory this session just
+// changed is answered from the change's answer.
 func (m *FSClient) GetAttr(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
+	if a, ok := m.cachedDir(hd); ok {
+		return a, nil
+	}
 	return m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.GetAttr(ctx, &pb.GetAttrRequest{Header: h, Handle: handleToPB(hd)})
 	})
@@ -464,6 +521,7 @@ func (m *FSClient) GetAttr(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
 
 // SetAttr implements fsclient.Metadata.
 func (m *FSClient) SetAttr(ctx context.Context, hd fs.Handle, in fs.SetAttrIn) (fs.Attr, error) {
+	m.sawDir(hd, nil)
 	return m.attrCall(ctx, hd.D, true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.SetAttr(ctx, &pb.SetAttrRequest{Header: h, Handle: handleToPB(hd), Valid: in.Valid, Mode: in.Mode, Uid: in.Uid,
 			Gid: in.Gid, Size: in.Size, AtimeNs: in.Atime.UnixNano(), MtimeNs: in.Mtime.UnixNano(), CtimeNs: in.Ctime.UnixNano()})
@@ -471,6 +529,7 @@ func (m *FSClient) SetAttr(ctx context.Context, hd fs.Handle, in fs.SetAttrIn) (
 }
 
 func (m *FSClient) create(ctx context.Context, req *pb.CreateRequest) (fs.Attr, error) {
+	dir := handleFromPB(req.GetDir())
 	return m.attrCall(ctx, req.GetDir().GetD(), true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		req.Header = h
 		resp, err := cl.Create(ctx, req)
@@ -478,6 +537,7 @@ func (m *FSClient) create(ctx context.Context, req *pb.CreateRequest) (fs.Attr, 
 			// A replay must give what this answer says.
 			req.Want, req.WantBlob = resp.GetAttr().GetHandle(), resp.GetAttr().GetBlob()
 		}
+		m.sawDir(dir, resp.GetDir())
 		return resp, err
 	})
 }
@@ -525,13 +585,16 @@ func (m *FSClient) Readlink(ctx context.Context, hd fs.Handle) (string, error) {
 // Link implements fsclient.Metadata.
 func (m *FSClient) Link(ctx context.Context, hd, dir fs.Handle, name string) (fs.Attr, error) {
 	return m.attrCall(ctx, dir.D, true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
-		return cl.Link(ctx, &pb.LinkRequest{Header: h, Handle: handleToPB(hd), Dir: handleToPB(dir), Name: name})
+		resp, err := cl.Link(ctx, &pb.LinkRequest{Header: h, Handle: handleToPB(hd), Dir: handleToPB(dir), Name: name})
+		m.sawDir(dir, resp.GetDir())
+		return resp, err
 	})
 }
 
 func (m *FSClient) remove(ctx context.Context, dir fs.Handle, name string, directory bool) error {
 	return m.callRecorded(ctx, dir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		resp, err := cl.Remove(ctx, &pb.RemoveRequest{Header: h, Dir: handleToPB(dir), Name: name, Directory: directory})
+		m.sawDir(dir, resp.GetDir())
 		return resp.GetError(), resp.GetAck(), err
 	})
 }
@@ -551,6 +614,8 @@ func (m *FSClient) Rename(ctx context.Context, srcDir fs.Handle, srcName string,
 	return m.callRecorded(ctx, srcDir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		resp, err := cl.Rename(ctx, &pb.RenameRequest{Header: h, SrcDir: handleToPB(srcDir), SrcName: srcName,
 			DstDir: handleToPB(dstDir), DstName: dstName, Flags: flags})
+		m.sawDir(srcDir, resp.GetDir())
+		m.sawDir(dstDir, resp.GetDstDir())
 		return resp.GetError(), resp.GetAck(), err
 	})
 }
@@ -609,6 +674,9 @@ func (m *FSClient) xattr(ctx context.Context, req *pb.XattrRequest) (*pb.XattrRe
 		return resp.GetError(), resp.GetAck(), err
 	}
 	recorded := req.GetOp() == pb.XattrRequest_SET || req.GetOp() == pb.XattrRequest_REMOVE
+	if recorded {
+		m.sawDir(handleFromPB(req.GetHandle()), nil)
+	}
 	err := m.send(ctx, req.GetHandle().GetD(), recorded, fn)
 	return out, err
 }

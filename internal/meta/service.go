@@ -244,6 +244,7 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 		ctx = fs.WithWant(ctx, want)
 	}
 	var a fs.Attr
+	var da *pb.Attr
 	var remote struct {
 		tried         bool
 		d, table, dst uint64
@@ -284,6 +285,9 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 		default:
 			err = invalidf("create of kind %v", req.GetKind())
 		}
+		if err == nil {
+			da = dirAttr(ctx, f, dir)
+		}
 		return err
 	}, func(ctx context.Context, f *fs.FS) (err error) {
 		if a, err = f.Lookup(ctx, dir, req.GetName()); err == nil && req.GetOpen() && !a.IsDir() {
@@ -304,7 +308,33 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 			}
 		}()
 	}
-	return attrResponse(e, ack, a), nil
+	resp := attrResponse(e, ack, a)
+	if e == nil {
+		resp.Dir = da
+	}
+	return resp, nil
+}
+
+// servesHere reports whether directory id d of file system f is in a table
+// served here (its keys are read from this server's cache).
+func (s *Server) servesHere(f, d uint64) (table, bool) {
+	s.mu.Lock()
+	st := s.fss[f]
+	s.mu.Unlock()
+	if st == nil {
+		return table{}, false
+	}
+	return st.st.serves(d)
+}
+
+// dirAttr returns directory h's attributes as the operation that just
+// changed it left them (nil if they cannot be read: the client asks).
+func dirAttr(ctx context.Context, f *fs.FS, h fs.Handle) *pb.Attr {
+	a, err := f.GetAttr(ctx, h)
+	if err != nil {
+		return nil
+	}
+	return attrToPB(a)
 }
 
 // mkdirCanSucceed reports whether a mkdir of name in dir gets past its
@@ -336,35 +366,66 @@ func (s *Server) Readlink(ctx context.Context, req *pb.ReadlinkRequest) (*pb.Rea
 func (s *Server) Link(ctx context.Context, req *pb.LinkRequest) (*pb.AttrResponse, error) {
 	dir := handleFromPB(req.GetDir())
 	var a fs.Attr
+	var da *pb.Attr
 	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true}, func(ctx context.Context, f *fs.FS) (err error) {
-		a, err = f.Link(ctx, handleFromPB(req.GetHandle()), dir, req.GetName())
+		if a, err = f.Link(ctx, handleFromPB(req.GetHandle()), dir, req.GetName()); err == nil {
+			da = dirAttr(ctx, f, dir)
+		}
 		return err
 	}, func(ctx context.Context, f *fs.FS) (err error) {
 		a, err = f.Lookup(ctx, dir, req.GetName())
 		return err
 	})
-	return attrResponse(e, ack, a), nil
+	resp := attrResponse(e, ack, a)
+	if e == nil {
+		resp.Dir = da
+	}
+	return resp, nil
 }
 
 // Remove implements pb.MetaServer: unlink(2) and rmdir(2).
 func (s *Server) Remove(ctx context.Context, req *pb.RemoveRequest) (*pb.ErrorResponse, error) {
 	dir := handleFromPB(req.GetDir())
-	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true}, func(ctx context.Context, f *fs.FS) error {
+	var da *pb.Attr
+	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: dir.D, recorded: true}, func(ctx context.Context, f *fs.FS) (err error) {
 		if req.GetDirectory() {
-			return f.Rmdir(ctx, dir, req.GetName())
+			err = f.Rmdir(ctx, dir, req.GetName())
+		} else {
+			err = f.Unlink(ctx, dir, req.GetName())
 		}
-		return f.Unlink(ctx, dir, req.GetName())
+		if err == nil {
+			da = dirAttr(ctx, f, dir)
+		}
+		return err
 	}, func(context.Context, *fs.FS) error { return nil })
-	return &pb.ErrorResponse{Error: e, Ack: ack}, nil
+	resp := &pb.ErrorResponse{Error: e, Ack: ack}
+	if e == nil {
+		resp.Dir = da
+	}
+	return resp, nil
 }
 
 // Rename implements pb.MetaServer.
 func (s *Server) Rename(ctx context.Context, req *pb.RenameRequest) (*pb.ErrorResponse, error) {
-	src := handleFromPB(req.GetSrcDir())
+	src, dst := handleFromPB(req.GetSrcDir()), handleFromPB(req.GetDstDir())
+	var sa, da *pb.Attr
 	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: src.D, recorded: true}, func(ctx context.Context, f *fs.FS) error {
-		return f.Rename(ctx, src, req.GetSrcName(), handleFromPB(req.GetDstDir()), req.GetDstName(), req.GetFlags())
+		err := f.Rename(ctx, src, req.GetSrcName(), dst, req.GetDstName(), req.GetFlags())
+		if err == nil {
+			sa = dirAttr(ctx, f, src)
+			if dst == src {
+				da = sa
+			} else if _, here := s.servesHere(req.GetHeader().GetFs(), dst.D); here {
+				da = dirAttr(ctx, f, dst)
+			}
+		}
+		return err
 	}, func(context.Context, *fs.FS) error { return nil })
-	return &pb.ErrorResponse{Error: e, Ack: ack}, nil
+	resp := &pb.ErrorResponse{Error: e, Ack: ack}
+	if e == nil {
+		resp.Dir, resp.DstDir = sa, da
+	}
+	return resp, nil
 }
 
 // ReadDir implements pb.MetaServer (READDIR and READDIRPLUS).

@@ -802,10 +802,13 @@ func (x *Error) GetMessage() string {
 }
 
 type AttrResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
-	Attr          *Attr                  `protobuf:"bytes,2,opt,name=attr,proto3" json:"attr,omitempty"`
-	Ack           *Ack                   `protobuf:"bytes,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Error *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Attr  *Attr                  `protobuf:"bytes,2,opt,name=attr,proto3" json:"attr,omitempty"`
+	Ack   *Ack                   `protobuf:"bytes,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	// After a create or link, the directory's attributes as the change left
+	// them (its client answers the kernel's next getattr of it from these).
+	Dir           *Attr `protobuf:"bytes,4,opt,name=dir,proto3" json:"dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -861,10 +864,21 @@ func (x *AttrResponse) GetAck() *Ack {
 	return nil
 }
 
+func (x *AttrResponse) GetDir() *Attr {
+	if x != nil {
+		return x.Dir
+	}
+	return nil
+}
+
 type ErrorResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
-	Ack           *Ack                   `protobuf:"bytes,2,opt,name=ack,proto3" json:"ack,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Error *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Ack   *Ack                   `protobuf:"bytes,2,opt,name=ack,proto3" json:"ack,omitempty"`
+	// After a remove or rename, the attributes of the directory (and of the
+	// destination directory) as the change left them.
+	Dir           *Attr `protobuf:"bytes,3,opt,name=dir,proto3" json:"dir,omitempty"`
+	DstDir        *Attr `protobuf:"bytes,4,opt,name=dst_dir,json=dstDir,proto3" json:"dst_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -909,6 +923,20 @@ func (x *ErrorResponse) GetError() *Error {
 func (x *ErrorResponse) GetAck() *Ack {
 	if x != nil {
 		return x.Ack
+	}
+	return nil
+}
+
+func (x *ErrorResponse) GetDir() *Attr {
+	if x != nil {
+		return x.Dir
+	}
+	return nil
+}
+
+func (x *ErrorResponse) GetDstDir() *Attr {
+	if x != nil {
+		return x.DstDir
 	}
 	return nil
 }
@@ -4194,14 +4222,17 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\tNOT_OWNER\x10\x02\x12\t\n" +
 	"\x05RETRY\x10\x03\x12\r\n" +
 	"\tAMBIGUOUS\x10\x04\x12\v\n" +
-	"\aINVALID\x10\x05\"\x89\x01\n" +
+	"\aINVALID\x10\x05\"\xb0\x01\n" +
 	"\fAttrResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12'\n" +
 	"\x04attr\x18\x02 \x01(\v2\x13.arbor.meta.v1.AttrR\x04attr\x12$\n" +
-	"\x03ack\x18\x03 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\"a\n" +
+	"\x03ack\x18\x03 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\x12%\n" +
+	"\x03dir\x18\x04 \x01(\v2\x13.arbor.meta.v1.AttrR\x03dir\"\xb6\x01\n" +
 	"\rErrorResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12$\n" +
-	"\x03ack\x18\x02 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\"{\n" +
+	"\x03ack\x18\x02 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\x12%\n" +
+	"\x03dir\x18\x03 \x01(\v2\x13.arbor.meta.v1.AttrR\x03dir\x12,\n" +
+	"\adst_dir\x18\x04 \x01(\v2\x13.arbor.meta.v1.AttrR\x06dstDir\"{\n" +
 	"\rLookupRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x12'\n" +
 	"\x03dir\x18\x02 \x01(\v2\x15.arbor.meta.v1.HandleR\x03dir\x12\x12\n" +
@@ -4565,136 +4596,139 @@ var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(*TablesResponse)(nil),           // 59: arbor.meta.v1.TablesResponse
 }
 var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
-	6,  // 0: arbor.meta.v1.Attr.handle:type_name -> arbor.meta.v1.Handle
-	0,  // 1: arbor.meta.v1.Error.kind:type_name -> arbor.meta.v1.Error.Kind
-	9,  // 2: arbor.meta.v1.AttrResponse.error:type_name -> arbor.meta.v1.Error
-	8,  // 3: arbor.meta.v1.AttrResponse.attr:type_name -> arbor.meta.v1.Attr
-	5,  // 4: arbor.meta.v1.AttrResponse.ack:type_name -> arbor.meta.v1.Ack
-	9,  // 5: arbor.meta.v1.ErrorResponse.error:type_name -> arbor.meta.v1.Error
-	5,  // 6: arbor.meta.v1.ErrorResponse.ack:type_name -> arbor.meta.v1.Ack
-	4,  // 7: arbor.meta.v1.LookupRequest.header:type_name -> arbor.meta.v1.Header
-	6,  // 8: arbor.meta.v1.LookupRequest.dir:type_name -> arbor.meta.v1.Handle
-	4,  // 9: arbor.meta.v1.GetAttrRequest.header:type_name -> arbor.meta.v1.Header
-	6,  // 10: arbor.meta.v1.GetAttrRequest.handle:type_name -> arbor.meta.v1.Handle
-	4,  // 11: arbor.meta.v1.SetAttrRequest.header:type_name -> arbor.meta.v1.Header
-	6,  // 12: arbor.meta.v1.SetAttrRequest.handle:type_name -> arbor.meta.v1.Handle
-	4,  // 13: arbor.meta.v1.CreateRequest.header:type_name -> arbor.meta.v1.Header
-	1,  // 14: arbor.meta.v1.CreateRequest.kind:type_name -> arbor.meta.v1.CreateRequest.Kind
-	6,  // 15: arbor.meta.v1.CreateRequest.dir:type_name -> arbor.meta.v1.Handle
-	7,  // 16: arbor.meta.v1.CreateRequest.cred:type_name -> arbor.meta.v1.Cred
-	6,  // 17: arbor.meta.v1.CreateRequest.want:type_name -> arbor.meta.v1.Handle
-	4,  // 18: arbor.meta.v1.ReadlinkRequest.header:type_name -> arbor.meta.v1.Header
-	6,  // 19: arbor.meta.v1.ReadlinkRequest.handle:type_name -> arbor.meta.v1.Handle
-	9,  // 20: arbor.meta.v1.ReadlinkResponse.error:type_name -> arbor.meta.v1.Error
-	4,  // 21: arbor.meta.v1.LinkRequest.header:type_name -> arbor.meta.v1.Header
-	6,  // 22: arbor.meta.v1.LinkRequest.handle:type_name -> arbor.meta.v1.Handle
-	6,  // 23: arbor.meta.v1.LinkRequest.dir:type_name -> arbor.meta.v1.Handle
-	4,  // 24: arbor.meta.v1.RemoveRequest.header:type_name -> arbor.meta.v1.Header
-	6,  // 25: arbor.meta.v1.RemoveRequest.dir:type_name -> arbor.meta.v1.Handle
-	4,  // 26: arbor.meta.v1.RenameRequest.header:type_name -> arbor.meta.v1.Header
-	6,  // 27: arbor.meta.v1.RenameRequest.src_dir:type_name -> arbor.meta.v1.Handle
-	6,  // 28: arbor.meta.v1.RenameRequest.dst_dir:type_name -> arbor.meta.v1.Handle
-	4,  // 29: arbor.meta.v1.ReadDirRequest.header:type_name -> arbor.meta.v1.Header
-	6,  // 30: arbor.meta.v1.ReadDirRequest.dir:type_name -> arbor.meta.v1.Handle
-	6,  // 31: arbor.meta.v1.DirEntry.handle:type_name -> arbor.meta.v1.Handle
-	8,  // 32: arbor.meta.v1.DirEntry.attr:type_name -> arbor.meta.v1.Attr
-	9,  // 33: arbor.meta.v1.ReadDirResponse.error:type_name -> arbor.meta.v1.Error
-	22, // 34: arbor.meta.v1.ReadDirResponse.entries:type_name -> arbor.meta.v1.DirEntry
-	4,  // 35: arbor.meta.v1.XattrRequest.header:type_name -> arbor.meta.v1.Header
-	2,  // 36: arbor.meta.v1.XattrRequest.op:type_name -> arbor.meta.v1.XattrRequest.Op
-	6,  // 37: arbor.meta.v1.XattrRequest.handle:type_name -> arbor.meta.v1.Handle
-	9,  // 38: arbor.meta.v1.XattrResponse.error:type_name -> arbor.meta.v1.Error
-	5,  // 39: arbor.meta.v1.XattrResponse.ack:type_name -> arbor.meta.v1.Ack
-	4,  // 40: arbor.meta.v1.OpenRequest.header:type_name -> arbor.meta.v1.Header
-	6,  // 41: arbor.meta.v1.OpenRequest.handle:type_name -> arbor.meta.v1.Handle
-	4,  // 42: arbor.meta.v1.SyncOpensRequest.header:type_name -> arbor.meta.v1.Header
-	6,  // 43: arbor.meta.v1.SyncOpensRequest.handles:type_name -> arbor.meta.v1.Handle
-	4,  // 44: arbor.meta.v1.StatFSRequest.header:type_name -> arbor.meta.v1.Header
-	9,  // 45: arbor.meta.v1.StatFSResponse.error:type_name -> arbor.meta.v1.Error
-	4,  // 46: arbor.meta.v1.FileBlocksRequest.header:type_name -> arbor.meta.v1.Header
-	6,  // 47: arbor.meta.v1.FileBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
-	9,  // 48: arbor.meta.v1.FileBlocksResponse.error:type_name -> arbor.meta.v1.Error
-	30, // 49: arbor.meta.v1.FileBlocksResponse.state:type_name -> arbor.meta.v1.FileState
-	31, // 50: arbor.meta.v1.FileBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
-	31, // 51: arbor.meta.v1.NewBlock.base:type_name -> arbor.meta.v1.BlockRef
-	4,  // 52: arbor.meta.v1.CommitBlocksRequest.header:type_name -> arbor.meta.v1.Header
-	6,  // 53: arbor.meta.v1.CommitBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
-	34, // 54: arbor.meta.v1.CommitBlocksRequest.blocks:type_name -> arbor.meta.v1.NewBlock
-	9,  // 55: arbor.meta.v1.CommitBlocksResponse.error:type_name -> arbor.meta.v1.Error
-	31, // 56: arbor.meta.v1.CommitBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
-	5,  // 57: arbor.meta.v1.CommitBlocksResponse.ack:type_name -> arbor.meta.v1.Ack
-	4,  // 58: arbor.meta.v1.SessionRequest.header:type_name -> arbor.meta.v1.Header
-	9,  // 59: arbor.meta.v1.FileSystemResponse.error:type_name -> arbor.meta.v1.Error
-	9,  // 60: arbor.meta.v1.DeleteFileSystemResponse.error:type_name -> arbor.meta.v1.Error
-	9,  // 61: arbor.meta.v1.CreateSnapshotResponse.error:type_name -> arbor.meta.v1.Error
-	9,  // 62: arbor.meta.v1.DeleteSnapshotResponse.error:type_name -> arbor.meta.v1.Error
-	9,  // 63: arbor.meta.v1.CheckResponse.error:type_name -> arbor.meta.v1.Error
-	9,  // 64: arbor.meta.v1.WaitSafeResponse.error:type_name -> arbor.meta.v1.Error
-	50, // 65: arbor.meta.v1.WaitSafeResponse.lost:type_name -> arbor.meta.v1.SeqRange
-	48, // 66: arbor.meta.v1.TableStatsResponse.tables:type_name -> arbor.meta.v1.TableStats
-	9,  // 67: arbor.meta.v1.MoveTableResponse.error:type_name -> arbor.meta.v1.Error
-	9,  // 68: arbor.meta.v1.SplitTableResponse.error:type_name -> arbor.meta.v1.Error
-	3,  // 69: arbor.meta.v1.TablesRequest.op:type_name -> arbor.meta.v1.TablesRequest.Op
-	9,  // 70: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
-	12, // 71: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
-	13, // 72: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
-	14, // 73: arbor.meta.v1.Meta.SetAttr:input_type -> arbor.meta.v1.SetAttrRequest
-	15, // 74: arbor.meta.v1.Meta.Create:input_type -> arbor.meta.v1.CreateRequest
-	16, // 75: arbor.meta.v1.Meta.Readlink:input_type -> arbor.meta.v1.ReadlinkRequest
-	18, // 76: arbor.meta.v1.Meta.Link:input_type -> arbor.meta.v1.LinkRequest
-	19, // 77: arbor.meta.v1.Meta.Remove:input_type -> arbor.meta.v1.RemoveRequest
-	20, // 78: arbor.meta.v1.Meta.Rename:input_type -> arbor.meta.v1.RenameRequest
-	21, // 79: arbor.meta.v1.Meta.ReadDir:input_type -> arbor.meta.v1.ReadDirRequest
-	24, // 80: arbor.meta.v1.Meta.Xattr:input_type -> arbor.meta.v1.XattrRequest
-	26, // 81: arbor.meta.v1.Meta.Open:input_type -> arbor.meta.v1.OpenRequest
-	26, // 82: arbor.meta.v1.Meta.Release:input_type -> arbor.meta.v1.OpenRequest
-	27, // 83: arbor.meta.v1.Meta.SyncOpens:input_type -> arbor.meta.v1.SyncOpensRequest
-	28, // 84: arbor.meta.v1.Meta.StatFS:input_type -> arbor.meta.v1.StatFSRequest
-	32, // 85: arbor.meta.v1.Meta.FileBlocks:input_type -> arbor.meta.v1.FileBlocksRequest
-	35, // 86: arbor.meta.v1.Meta.CommitBlocks:input_type -> arbor.meta.v1.CommitBlocksRequest
-	37, // 87: arbor.meta.v1.Meta.Session:input_type -> arbor.meta.v1.SessionRequest
-	49, // 88: arbor.meta.v1.Meta.WaitSafe:input_type -> arbor.meta.v1.WaitSafeRequest
-	38, // 89: arbor.meta.v1.Meta.CreateFileSystem:input_type -> arbor.meta.v1.CreateFileSystemRequest
-	40, // 90: arbor.meta.v1.Meta.DeleteFileSystem:input_type -> arbor.meta.v1.DeleteFileSystemRequest
-	42, // 91: arbor.meta.v1.Meta.CreateSnapshot:input_type -> arbor.meta.v1.CreateSnapshotRequest
-	44, // 92: arbor.meta.v1.Meta.DeleteSnapshot:input_type -> arbor.meta.v1.DeleteSnapshotRequest
-	46, // 93: arbor.meta.v1.Meta.Check:input_type -> arbor.meta.v1.CheckRequest
-	52, // 94: arbor.meta.v1.Meta.TableStats:input_type -> arbor.meta.v1.TableStatsRequest
-	54, // 95: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
-	56, // 96: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
-	58, // 97: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
-	10, // 98: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
-	10, // 99: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
-	10, // 100: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
-	10, // 101: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
-	17, // 102: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
-	10, // 103: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
-	11, // 104: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
-	11, // 105: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
-	23, // 106: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
-	25, // 107: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
-	10, // 108: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
-	11, // 109: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
-	11, // 110: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
-	29, // 111: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
-	33, // 112: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
-	36, // 113: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
-	11, // 114: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
-	51, // 115: arbor.meta.v1.Meta.WaitSafe:output_type -> arbor.meta.v1.WaitSafeResponse
-	39, // 116: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
-	41, // 117: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
-	43, // 118: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
-	45, // 119: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
-	47, // 120: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
-	53, // 121: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
-	55, // 122: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
-	57, // 123: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
-	59, // 124: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
-	98, // [98:125] is the sub-list for method output_type
-	71, // [71:98] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	6,   // 0: arbor.meta.v1.Attr.handle:type_name -> arbor.meta.v1.Handle
+	0,   // 1: arbor.meta.v1.Error.kind:type_name -> arbor.meta.v1.Error.Kind
+	9,   // 2: arbor.meta.v1.AttrResponse.error:type_name -> arbor.meta.v1.Error
+	8,   // 3: arbor.meta.v1.AttrResponse.attr:type_name -> arbor.meta.v1.Attr
+	5,   // 4: arbor.meta.v1.AttrResponse.ack:type_name -> arbor.meta.v1.Ack
+	8,   // 5: arbor.meta.v1.AttrResponse.dir:type_name -> arbor.meta.v1.Attr
+	9,   // 6: arbor.meta.v1.ErrorResponse.error:type_name -> arbor.meta.v1.Error
+	5,   // 7: arbor.meta.v1.ErrorResponse.ack:type_name -> arbor.meta.v1.Ack
+	8,   // 8: arbor.meta.v1.ErrorResponse.dir:type_name -> arbor.meta.v1.Attr
+	8,   // 9: arbor.meta.v1.ErrorResponse.dst_dir:type_name -> arbor.meta.v1.Attr
+	4,   // 10: arbor.meta.v1.LookupRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 11: arbor.meta.v1.LookupRequest.dir:type_name -> arbor.meta.v1.Handle
+	4,   // 12: arbor.meta.v1.GetAttrRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 13: arbor.meta.v1.GetAttrRequest.handle:type_name -> arbor.meta.v1.Handle
+	4,   // 14: arbor.meta.v1.SetAttrRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 15: arbor.meta.v1.SetAttrRequest.handle:type_name -> arbor.meta.v1.Handle
+	4,   // 16: arbor.meta.v1.CreateRequest.header:type_name -> arbor.meta.v1.Header
+	1,   // 17: arbor.meta.v1.CreateRequest.kind:type_name -> arbor.meta.v1.CreateRequest.Kind
+	6,   // 18: arbor.meta.v1.CreateRequest.dir:type_name -> arbor.meta.v1.Handle
+	7,   // 19: arbor.meta.v1.CreateRequest.cred:type_name -> arbor.meta.v1.Cred
+	6,   // 20: arbor.meta.v1.CreateRequest.want:type_name -> arbor.meta.v1.Handle
+	4,   // 21: arbor.meta.v1.ReadlinkRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 22: arbor.meta.v1.ReadlinkRequest.handle:type_name -> arbor.meta.v1.Handle
+	9,   // 23: arbor.meta.v1.ReadlinkResponse.error:type_name -> arbor.meta.v1.Error
+	4,   // 24: arbor.meta.v1.LinkRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 25: arbor.meta.v1.LinkRequest.handle:type_name -> arbor.meta.v1.Handle
+	6,   // 26: arbor.meta.v1.LinkRequest.dir:type_name -> arbor.meta.v1.Handle
+	4,   // 27: arbor.meta.v1.RemoveRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 28: arbor.meta.v1.RemoveRequest.dir:type_name -> arbor.meta.v1.Handle
+	4,   // 29: arbor.meta.v1.RenameRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 30: arbor.meta.v1.RenameRequest.src_dir:type_name -> arbor.meta.v1.Handle
+	6,   // 31: arbor.meta.v1.RenameRequest.dst_dir:type_name -> arbor.meta.v1.Handle
+	4,   // 32: arbor.meta.v1.ReadDirRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 33: arbor.meta.v1.ReadDirRequest.dir:type_name -> arbor.meta.v1.Handle
+	6,   // 34: arbor.meta.v1.DirEntry.handle:type_name -> arbor.meta.v1.Handle
+	8,   // 35: arbor.meta.v1.DirEntry.attr:type_name -> arbor.meta.v1.Attr
+	9,   // 36: arbor.meta.v1.ReadDirResponse.error:type_name -> arbor.meta.v1.Error
+	22,  // 37: arbor.meta.v1.ReadDirResponse.entries:type_name -> arbor.meta.v1.DirEntry
+	4,   // 38: arbor.meta.v1.XattrRequest.header:type_name -> arbor.meta.v1.Header
+	2,   // 39: arbor.meta.v1.XattrRequest.op:type_name -> arbor.meta.v1.XattrRequest.Op
+	6,   // 40: arbor.meta.v1.XattrRequest.handle:type_name -> arbor.meta.v1.Handle
+	9,   // 41: arbor.meta.v1.XattrResponse.error:type_name -> arbor.meta.v1.Error
+	5,   // 42: arbor.meta.v1.XattrResponse.ack:type_name -> arbor.meta.v1.Ack
+	4,   // 43: arbor.meta.v1.OpenRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 44: arbor.meta.v1.OpenRequest.handle:type_name -> arbor.meta.v1.Handle
+	4,   // 45: arbor.meta.v1.SyncOpensRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 46: arbor.meta.v1.SyncOpensRequest.handles:type_name -> arbor.meta.v1.Handle
+	4,   // 47: arbor.meta.v1.StatFSRequest.header:type_name -> arbor.meta.v1.Header
+	9,   // 48: arbor.meta.v1.StatFSResponse.error:type_name -> arbor.meta.v1.Error
+	4,   // 49: arbor.meta.v1.FileBlocksRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 50: arbor.meta.v1.FileBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
+	9,   // 51: arbor.meta.v1.FileBlocksResponse.error:type_name -> arbor.meta.v1.Error
+	30,  // 52: arbor.meta.v1.FileBlocksResponse.state:type_name -> arbor.meta.v1.FileState
+	31,  // 53: arbor.meta.v1.FileBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
+	31,  // 54: arbor.meta.v1.NewBlock.base:type_name -> arbor.meta.v1.BlockRef
+	4,   // 55: arbor.meta.v1.CommitBlocksRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 56: arbor.meta.v1.CommitBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
+	34,  // 57: arbor.meta.v1.CommitBlocksRequest.blocks:type_name -> arbor.meta.v1.NewBlock
+	9,   // 58: arbor.meta.v1.CommitBlocksResponse.error:type_name -> arbor.meta.v1.Error
+	31,  // 59: arbor.meta.v1.CommitBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
+	5,   // 60: arbor.meta.v1.CommitBlocksResponse.ack:type_name -> arbor.meta.v1.Ack
+	4,   // 61: arbor.meta.v1.SessionRequest.header:type_name -> arbor.meta.v1.Header
+	9,   // 62: arbor.meta.v1.FileSystemResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 63: arbor.meta.v1.DeleteFileSystemResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 64: arbor.meta.v1.CreateSnapshotResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 65: arbor.meta.v1.DeleteSnapshotResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 66: arbor.meta.v1.CheckResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 67: arbor.meta.v1.WaitSafeResponse.error:type_name -> arbor.meta.v1.Error
+	50,  // 68: arbor.meta.v1.WaitSafeResponse.lost:type_name -> arbor.meta.v1.SeqRange
+	48,  // 69: arbor.meta.v1.TableStatsResponse.tables:type_name -> arbor.meta.v1.TableStats
+	9,   // 70: arbor.meta.v1.MoveTableResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 71: arbor.meta.v1.SplitTableResponse.error:type_name -> arbor.meta.v1.Error
+	3,   // 72: arbor.meta.v1.TablesRequest.op:type_name -> arbor.meta.v1.TablesRequest.Op
+	9,   // 73: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
+	12,  // 74: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
+	13,  // 75: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
+	14,  // 76: arbor.meta.v1.Meta.SetAttr:input_type -> arbor.meta.v1.SetAttrRequest
+	15,  // 77: arbor.meta.v1.Meta.Create:input_type -> arbor.meta.v1.CreateRequest
+	16,  // 78: arbor.meta.v1.Meta.Readlink:input_type -> arbor.meta.v1.ReadlinkRequest
+	18,  // 79: arbor.meta.v1.Meta.Link:input_type -> arbor.meta.v1.LinkRequest
+	19,  // 80: arbor.meta.v1.Meta.Remove:input_type -> arbor.meta.v1.RemoveRequest
+	20,  // 81: arbor.meta.v1.Meta.Rename:input_type -> arbor.meta.v1.RenameRequest
+	21,  // 82: arbor.meta.v1.Meta.ReadDir:input_type -> arbor.meta.v1.ReadDirRequest
+	24,  // 83: arbor.meta.v1.Meta.Xattr:input_type -> arbor.meta.v1.XattrRequest
+	26,  // 84: arbor.meta.v1.Meta.Open:input_type -> arbor.meta.v1.OpenRequest
+	26,  // 85: arbor.meta.v1.Meta.Release:input_type -> arbor.meta.v1.OpenRequest
+	27,  // 86: arbor.meta.v1.Meta.SyncOpens:input_type -> arbor.meta.v1.SyncOpensRequest
+	28,  // 87: arbor.meta.v1.Meta.StatFS:input_type -> arbor.meta.v1.StatFSRequest
+	32,  // 88: arbor.meta.v1.Meta.FileBlocks:input_type -> arbor.meta.v1.FileBlocksRequest
+	35,  // 89: arbor.meta.v1.Meta.CommitBlocks:input_type -> arbor.meta.v1.CommitBlocksRequest
+	37,  // 90: arbor.meta.v1.Meta.Session:input_type -> arbor.meta.v1.SessionRequest
+	49,  // 91: arbor.meta.v1.Meta.WaitSafe:input_type -> arbor.meta.v1.WaitSafeRequest
+	38,  // 92: arbor.meta.v1.Meta.CreateFileSystem:input_type -> arbor.meta.v1.CreateFileSystemRequest
+	40,  // 93: arbor.meta.v1.Meta.DeleteFileSystem:input_type -> arbor.meta.v1.DeleteFileSystemRequest
+	42,  // 94: arbor.meta.v1.Meta.CreateSnapshot:input_type -> arbor.meta.v1.CreateSnapshotRequest
+	44,  // 95: arbor.meta.v1.Meta.DeleteSnapshot:input_type -> arbor.meta.v1.DeleteSnapshotRequest
+	46,  // 96: arbor.meta.v1.Meta.Check:input_type -> arbor.meta.v1.CheckRequest
+	52,  // 97: arbor.meta.v1.Meta.TableStats:input_type -> arbor.meta.v1.TableStatsRequest
+	54,  // 98: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
+	56,  // 99: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
+	58,  // 100: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
+	10,  // 101: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 102: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 103: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 104: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
+	17,  // 105: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
+	10,  // 106: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
+	11,  // 107: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
+	11,  // 108: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
+	23,  // 109: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
+	25,  // 110: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
+	10,  // 111: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
+	11,  // 112: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
+	11,  // 113: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
+	29,  // 114: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
+	33,  // 115: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
+	36,  // 116: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
+	11,  // 117: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
+	51,  // 118: arbor.meta.v1.Meta.WaitSafe:output_type -> arbor.meta.v1.WaitSafeResponse
+	39,  // 119: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
+	41,  // 120: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
+	43,  // 121: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
+	45,  // 122: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
+	47,  // 123: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
+	53,  // 124: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
+	55,  // 125: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
+	57,  // 126: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
+	59,  // 127: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
+	101, // [101:128] is the sub-list for method output_type
+	74,  // [74:101] is the sub-list for method input_type
+	74,  // [74:74] is the sub-list for extension type_name
+	74,  // [74:74] is the sub-list for extension extendee
+	0,   // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_internal_meta_metapb_meta_proto_init() }
