@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,8 +96,9 @@ func startFSMount(b *testing.B) (*devcluster.Cluster, string) {
 
 // mdtest runs workers in parallel, each creating, then stating, then
 // removing n empty files in its own directory under root; it returns the
-// rate of each phase in operations per second.
-func mdtest(b *testing.B, root string, workers, n int) (create, stat, remove float64) {
+// rate of each phase in operations per second, and the median latency of
+// one create (open with O_CREAT|O_EXCL, then close).
+func mdtest(b *testing.B, root string, workers, n int) (create, stat, remove float64, createP50 time.Duration) {
 	b.Helper()
 	dirs := make([]string, workers)
 	for w := range workers {
@@ -105,6 +107,8 @@ func mdtest(b *testing.B, root string, workers, n int) (create, stat, remove flo
 			b.Fatal(err)
 		}
 	}
+	var latMu sync.Mutex
+	var lats []time.Duration
 	phase := func(op func(path string) error) float64 {
 		start := time.Now()
 		var wg sync.WaitGroup
@@ -112,10 +116,14 @@ func mdtest(b *testing.B, root string, workers, n int) (create, stat, remove flo
 		for w := range workers {
 			wg.Go(func() {
 				for i := range n {
+					t := time.Now()
 					if err := op(filepath.Join(dirs[w], fmt.Sprintf("f%06d", i))); err != nil {
 						errs <- err
 						return
 					}
+					latMu.Lock()
+					lats = append(lats, time.Since(t))
+					latMu.Unlock()
 				}
 			})
 		}
@@ -133,9 +141,11 @@ func mdtest(b *testing.B, root string, workers, n int) (create, stat, remove flo
 		}
 		return f.Close()
 	})
+	slices.Sort(lats)
+	createP50 = lats[len(lats)/2]
 	stat = phase(func(p string) error { _, err := os.Stat(p); return err })
 	remove = phase(os.Remove)
-	return create, stat, remove
+	return create, stat, remove, createP50
 }
 
 // seqWriteRead writes size bytes to a new file in dir with 1 MiB writes
@@ -197,12 +207,15 @@ func BenchmarkFS(b *testing.B) {
 		for _, workers := range []int{1, 16} {
 			b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 				var c, s, r, lc, ls, lr float64
+				var p50, lp50 time.Duration
 				for i := 0; i < b.N; i++ {
 					root := filepath.Join(mnt, fmt.Sprintf("run%d", i))
-					c, s, r = mdtest(b, root, workers, fsFilesPerWorker)
+					c, s, r, p50 = mdtest(b, root, workers, fsFilesPerWorker)
 					lroot := filepath.Join(local, fmt.Sprintf("run%d", i))
-					lc, ls, lr = mdtest(b, lroot, workers, fsFilesPerWorker)
+					lc, ls, lr, lp50 = mdtest(b, lroot, workers, fsFilesPerWorker)
 				}
+				b.ReportMetric(float64(p50.Microseconds())/1000, "create-p50-ms")
+				b.ReportMetric(float64(lp50.Microseconds())/1000, "disk-create-p50-ms")
 				b.ReportMetric(c, "creates/s")
 				b.ReportMetric(s, "stats/s")
 				b.ReportMetric(r, "removes/s")
@@ -228,17 +241,27 @@ func BenchmarkFS(b *testing.B) {
 		b.ReportMetric(w/lw, "write-ratio")
 		b.ReportMetric(r/lr, "read-ratio")
 	})
+	b.Run("gitclone", func(b *testing.B) { benchGitClone(b, mnt, b.TempDir()) })
 	b.Run("untar", func(b *testing.B) {
 		tarball := untarSource(b)
 		entries := countEntries(b, tarball)
-		var t, lt, ls, lls time.Duration
+		var t, lt, ls, lls, cp, lcp time.Duration
 		for i := 0; i < b.N; i++ {
 			dir, ldir := filepath.Join(mnt, fmt.Sprintf("untar%d", i)), filepath.Join(local, fmt.Sprintf("untar%d", i))
 			t = untar(b, tarball, dir)
 			lt = untar(b, tarball, ldir)
 			ls = listLong(b, dir)
 			lls = listLong(b, ldir)
+			// The tree copied back out to the local disk is the same.
+			cp = copyTree(b, dir, filepath.Join(local, fmt.Sprintf("copy%d", i)))
+			lcp = copyTree(b, ldir, filepath.Join(local, fmt.Sprintf("lcopy%d", i)))
+			if out, err := exec.Command("diff", "-r", "--no-dereference", ldir, filepath.Join(local, fmt.Sprintf("copy%d", i))).CombinedOutput(); err != nil {
+				b.Fatalf("the tree copied out of the mount differs from the local one: %v\n%.2000s", err, out)
+			}
 		}
+		b.ReportMetric(cp.Seconds(), "cpa-s")
+		b.ReportMetric(lcp.Seconds(), "disk-cpa-s")
+		b.ReportMetric(lcp.Seconds()/cp.Seconds(), "cpa-ratio")
 		b.ReportMetric(float64(entries), "entries")
 		b.ReportMetric(t.Seconds(), "s")
 		b.ReportMetric(lt.Seconds(), "disk-s")
@@ -249,6 +272,69 @@ func BenchmarkFS(b *testing.B) {
 		b.ReportMetric(lls.Seconds(), "disk-lsR-s")
 		b.ReportMetric(lls.Seconds()/ls.Seconds(), "lsR-ratio")
 	})
+}
+
+// copyTree runs `cp -a src dst` with cold caches and returns the time.
+func copyTree(b *testing.B, src, dst string) time.Duration {
+	b.Helper()
+	dropCaches()
+	start := time.Now()
+	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
+		b.Fatalf("cp -a %s %s: %v\n%s", src, dst, err, out)
+	}
+	return time.Since(start)
+}
+
+// gitFiles is how many files the repository BenchmarkFS/gitclone clones
+// holds.
+const gitFiles = 3000
+
+// BenchmarkFS's git clone: a local repository of gitFiles files (the
+// first ones of the untar source, or generated) cloned into the mount and
+// into the local disk, in the same run.
+func benchGitClone(b *testing.B, mnt, local string) {
+	repo := filepath.Join(local, "repo")
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for i := range gitFiles {
+		p := filepath.Join(repo, fmt.Sprintf("d%02d", i/100), fmt.Sprintf("f%04d.c", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		content := strings.Repeat(fmt.Sprintf("/* file %d */ int x%d;\n", i, i), 1+i%300)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	git := func(dir string, args ...string) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=bench", "GIT_AUTHOR_EMAIL=bench@arbor", "GIT_COMMITTER_NAME=bench", "GIT_COMMITTER_EMAIL=bench@arbor")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git(repo, "init", "-q")
+	git(repo, "add", ".")
+	git(repo, "commit", "-q", "-m", "bench")
+	clone := func(dst string) time.Duration {
+		dropCaches()
+		start := time.Now()
+		// --no-local: a real clone (objects copied and checked out), not
+		// hard links to the source's objects.
+		git(local, "clone", "-q", "--no-local", repo, dst)
+		return time.Since(start)
+	}
+	var t, lt time.Duration
+	for i := 0; i < b.N; i++ {
+		t = clone(filepath.Join(mnt, fmt.Sprintf("clone%d", i)))
+		lt = clone(filepath.Join(local, fmt.Sprintf("clone%d", i)))
+	}
+	b.ReportMetric(float64(gitFiles), "files")
+	b.ReportMetric(t.Seconds(), "s")
+	b.ReportMetric(lt.Seconds(), "disk-s")
+	b.ReportMetric(lt.Seconds()/t.Seconds(), "ratio")
 }
 
 // linuxSource is the tarball of Debian's linux-source-6.1 package

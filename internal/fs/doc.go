@@ -113,6 +113,18 @@
 // Other clients see the data once flushed and re-opened (close-to-open
 // consistency): an open drops the client's cached block map.
 //
+// A small file (at most MaxInlineBytes, 3.5 KiB: half the files of a
+// Linux source tree) keeps its bytes inline: its only block's pair holds
+// the data itself (blockEntry.Inline), and its Tract is a number the
+// writer chose to tell its writes apart. Its flush is one metadata
+// commit: no blob, no extend, no tract. It has no blob until it grows,
+// when its first flush past the bound writes block 0 to a tract like any
+// other (the inline pair is its base). Snapshots version the pair like
+// any other, truncate cuts the data in place (a snapshot's version is a
+// new pair, with no tract to copy), fsck counts inline pairs and checks
+// they are the first and only block of a small file, and nothing frees a
+// tract for them.
+//
 // # Orphans
 //
 // When an object loses its last name, the transaction that removes the

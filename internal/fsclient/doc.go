@@ -8,6 +8,16 @@
 // Close-to-open consistency: an open drops what the client cached of the
 // file's blocks, so it sees what other clients flushed before.
 //
+// A file of at most fs.MaxInlineBytes is flushed inline: its bytes go in
+// the metadata commit, with no tract. chmod, chown and utimens of a
+// regular file the client has open are held and sent with the file's next
+// flush or close (set-id bits never are); its attributes, and a
+// directory's as the client's last change in it left them, answer getattr
+// for a second, and an object seen without extended attributes answers
+// getxattr itself for a second: the kernel's own attribute cache time.
+// Fsync, fsyncdir and syncfs (SyncMetadata) also wait until every
+// metadata change the client was answered early is durable (Syncer).
+//
 // fsclienttest is the model test of this API, run over every kind of
 // metadata service.
 package fsclient

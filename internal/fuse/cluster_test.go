@@ -129,6 +129,20 @@ func (e *env) mount(fsName string, extra ...string) *mount {
 	return m
 }
 
+// kill kills the mount process with SIGKILL (a crash) and detaches its
+// dead mount.
+func (m *mount) kill(t *testing.T) {
+	m.once.Do(func() {
+		_ = m.cmd.Process.Kill()
+		select {
+		case <-m.exited:
+		case <-time.After(time.Minute):
+			t.Errorf("arbor mount %s did not die", m.dir)
+		}
+		_ = exec.Command("fusermount3", "-u", "-z", m.dir).Run()
+	})
+}
+
 // stop unmounts by SIGINT (once) and checks the process exits cleanly.
 func (m *mount) stop(t *testing.T) { m.once.Do(func() { m.doStop(t) }) }
 
@@ -238,6 +252,9 @@ const stressWorkerEnv = "ARBOR_FUSE_STRESS_WORKER"
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(stressWorkerEnv); spec != "" {
 		os.Exit(stressWorkerProcess(spec))
+	}
+	if spec := os.Getenv(crashWriterEnv); spec != "" {
+		os.Exit(crashWriterProcess(spec))
 	}
 	os.Exit(m.Run())
 }

@@ -60,9 +60,10 @@
 // Ursa Minor's lock manager (§3.5), coarsened to the whole store, which
 // is cheap because nothing under the lock waits for I/O. The writes go to
 // the cache at once (the next operation sees them) and to a queue, and
-// Update returns once they are durable. View reads owned keys from the
-// cache and the rest from the tree, and waits for any not-yet-durable
-// write it saw: nothing an owner answers can be lost in a crash.
+// Update returns once they are durable, or at once for an operation that
+// may be answered early (Early replies, below). View reads owned keys
+// from the cache and the rest from the tree, and waits for any write of
+// another session it saw that is not durable yet.
 //
 // Group commit (commit.go): one committer per store commits up to
 // Limits.BatchEntries queued operations as one B-tree transaction, one
@@ -118,6 +119,63 @@
 // expired sessions in its tables, and the owner of the table at id 0
 // drains the shared queues of blobs and tracts to free (F, 3 and F, 5),
 // so that one server does it.
+//
+// # Early replies
+//
+// DESIGN.md §2.6's asynchronous operations, after CephFS's unsafe replies
+// and client replay. A recorded request may ask to be answered early
+// (Header.early): the server answers once its operation is applied to
+// the cache, before the group commit makes it durable, and its Ack names
+// the store (one incarnation of one file system's table store on one
+// server), the entry (seq) and the store's abort count (gen). The client
+// keeps every such operation in its journal (journal.go) until the store
+// says it is durable: every answer carries the store's durable entry, and
+// a poller long-polls WaitSafe while the journal holds the store's
+// entries. Only the first write transaction of an operation (the one with
+// its reply record) is answered early; later ones, and a transaction that
+// drew ids from the shared counters (a replay would draw others), wait for
+// durability, and so does everything that cannot be undone afterwards:
+// emptying tracts (fs.DurableWaiter) and reclaiming an unlinked file's
+// data (done in the background).
+//
+// Rules that keep replays sound:
+//
+//   - A transaction that reads another session's write not yet durable is
+//     answered only once that write is (reads included: another client
+//     sees a change once it is durable). So the operations of different
+//     sessions that were answered early never depend on each other, and
+//     their replays commute. A session's own writes are read at once.
+//   - Entries commit in queue order, so what survives a crash of a store
+//     is a prefix of what it answered. A mutation sent to one server first
+//     waits until what other servers answered this session earlier is
+//     durable (journal.barrier), so what survives a crash of servers and
+//     client together is a prefix of the client's operations.
+//   - A commit that fails without a verdict is tried again (an unknown
+//     outcome is settled by reading the written keys back: the owner is
+//     the only writer); only a fenced commit (a new owner, a snapshot's
+//     freeze) or retries that run out abort the queue. Aborted entries
+//     answered early are lost: the store counts the abort and remembers
+//     the range, so WaitSafe tells the client, and gates each table they
+//     touched until their sessions have replayed them.
+//   - The client replays what a store lost (WaitSafe says so, the store
+//     is unknown after a restart, or it does not answer), oldest first, to
+//     the owner of each operation's table now, with the first run's
+//     request id (exactly once: reply records), time and, for a create,
+//     handle and blob. Then it sends SyncOpens for each table it replayed
+//     to, which lifts its gate for the session.
+//   - A table taken over without a clean handover (its owner died, its
+//     lease lapsed) is gated: nobody but replays is served until every
+//     live session has synced with the new owner (each does within a
+//     second, or at once when it next asks) or gateTimeout passes. A
+//     handover that drained the table (move, split, borrow, a stopping
+//     server) marks its header Clean and needs no gate. Snapshots drain
+//     the owners before freezing (TablesRequest DRAIN), so nothing
+//     answered early is missing from a snapshot taken after.
+//
+// Group commits of entries answered early are spaced by
+// Limits.CommitInterval so more share one MPSC; an entry someone waits
+// for (a durable answer, an fsync, a barrier: WaitSafe urgent) commits at
+// once.
 //
 // # Failover
 //
@@ -194,8 +252,10 @@
 //     fixed capacities; RP is one value for every depth but the root's;
 //     a remote directory is a new table moved away, not a remote hardlink.
 //   - Snapshots do not evict caches (there are no FlexGroup RAL caches).
-//   - DESIGN.md's asynchronous ("unsafe") replies are not built: Update
-//     answers once durable, so clients have nothing to replay. Tables
-//     split only when asked (arbor table split) or carved by placement,
-//     never by heat or size.
+//   - Early replies (above) are not CephFS's: there are no capabilities
+//     or delegated inode numbers; a replayed create takes its first run's
+//     handle back (fs.WithWant), and sessions other than the writer wait
+//     for durability instead of reading unsafe state. An operation
+//     answered early and lost in a server crash is replayed after any
+//     snapshot taken in between, so that snapshot misses it.
 package meta
