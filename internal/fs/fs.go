@@ -331,7 +331,7 @@ func (f *FS) refreshSnapshots(ctx context.Context) (*snapCache, error) {
 		}
 		set := &snapSet{}
 		from, to := tuple.PrefixRange(f.keys.snapshotPrefix())
-		err = f.meta.Scan(ctx, from, to, func(k, _ []byte) error {
+		err = f.meta.Scan(ctx, from, to, func(k, v []byte) error {
 			t, err := tuple.Unpack(k)
 			if err != nil || len(t) != 4 {
 				return fmt.Errorf("%w: snapshot key %x", errCorrupt, k)
@@ -339,6 +339,20 @@ func (f *FS) refreshSnapshots(ctx context.Context) (*snapCache, error) {
 			n, ok := t[3].(int64)
 			if !ok || n <= 0 {
 				return fmt.Errorf("%w: snapshot key %x", errCorrupt, k)
+			}
+			rec, err := decodeSnapshotRecord(v)
+			if err != nil {
+				return err
+			}
+			if rec.Deleting {
+				// Writers stop copying for a snapshot once it is marked
+				// deleting: the sweep counts it gone (liveSnapshots),
+				// so a version kept for it after the sweep is garbage
+				// nothing sweeps, and its tract leaks. A metadata
+				// server's engine refreshes only when W moves or when
+				// told to sweep (after the mark, before the record
+				// goes), so it must drop the snapshot then.
+				return nil
 			}
 			set.nums = append(set.nums, uint64(n))
 			return nil

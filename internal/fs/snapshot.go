@@ -95,7 +95,7 @@ type SweepStats struct {
 }
 
 // DeleteSnapshot deletes snapshot n: it marks the record deleting (from
-// then on writers stop copying for it... once the record is gone), sweeps
+// then on writers stop copying for it: refreshSnapshots), sweeps
 // away every version and tract no remaining snapshot needs, and removes
 // the record. Running it again after a crash finishes the job. Metadata
 // servers take the three steps apart: MarkSnapshotDeleting and

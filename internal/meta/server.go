@@ -524,6 +524,13 @@ func (s *Server) acquire(ctx context.Context, d *dpb.Delegation) error {
 	if err := st.st.acquire(ctx, assignment{id: l.table, r: r, epoch: l.epoch}); err != nil {
 		return err
 	}
+	// The engine's snapshot set may be older than a snapshot deletion made
+	// while this server served none of the file system's tables (it is
+	// told to refresh only when it owns some): writes must not copy for a
+	// snapshot being deleted (fs refreshSnapshots).
+	if err := st.live.RefreshSnapshots(ctx); err != nil {
+		s.log.Warn("refreshing the snapshot set at a table's acquisition", "table", l.table, "err", err)
+	}
 	s.leaseMu.Lock()
 	s.leases[l.table] = l
 	s.leaseMu.Unlock()
