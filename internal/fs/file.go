@@ -306,15 +306,33 @@ func (f *FS) blockRefs(ctx context.Context, h Handle, starts []uint64) ([]BlockR
 	return out, nil
 }
 
+// Commit is what a block commit also sets: the file's size (at least),
+// a non-zero modification time (and change time), and attribute changes
+// the client held back while it had the file open (mode, owner, explicit
+// times: fsclient's held changes, sent with the data they follow).
+type Commit struct {
+	Size  uint64
+	Mtime int64
+	Attrs SetAttrIn
+}
+
+// committable are the attribute changes a block commit takes.
+const committable = SetMode | SetUid | SetGid | SetAtime | SetMtime
+
 // CommitBlocks points h's block map at new tracts of its blob blob, which
 // the client wrote, in one transaction (at most MaxBlocksPerCommit
 // blocks). It fails with ErrRaced if a block is no longer its Base, or the
 // file's blob changed, or a truncate is in progress; with ESTALE if the
 // file was removed (an orphan takes data only from a session holding it
 // open). The size becomes at least the end of every block and size; a
-// non-zero mtime sets the modification and change times. The tracts of
-// replaced pairs no snapshot needs are emptied.
-func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []NewBlock, size uint64, mtime int64) (BlocksCommitted, error) {
+// non-zero mtime sets the modification and change times, and c.Attrs
+// (only committable changes) apply last. The tracts of replaced pairs no
+// snapshot needs are emptied.
+func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []NewBlock, c Commit) (BlocksCommitted, error) {
+	size, mtime := c.Size, c.Mtime
+	if c.Attrs.Valid&^committable != 0 {
+		return BlocksCommitted{}, errf(syscall.EINVAL, "attribute changes %#x with a block commit (only mode, owner and explicit times)", c.Attrs.Valid)
+	}
 	if f.readOnly {
 		return BlocksCommitted{}, syscall.EROFS
 	}
@@ -414,6 +432,24 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 		in.Size = max(in.Size, size)
 		if mtime != 0 {
 			in.Mtime, in.Ctime = mtime, mtime
+		}
+		if a := c.Attrs; a.Valid != 0 {
+			if a.Valid&SetMode != 0 {
+				in.Mode = in.Mode&sIFMT | a.Mode&permBits
+			}
+			if a.Valid&SetUid != 0 {
+				in.Uid = a.Uid
+			}
+			if a.Valid&SetGid != 0 {
+				in.Gid = a.Gid
+			}
+			if a.Valid&SetAtime != 0 {
+				in.Atime = a.Atime.UnixNano()
+			}
+			if a.Valid&SetMtime != 0 {
+				in.Mtime = a.Mtime.UnixNano()
+			}
+			in.Ctime = max(in.Ctime, f.opNow(ctx).UnixNano())
 		}
 		if !inline {
 			in.BlobExists = true // the client created it before writing its tracts

@@ -82,7 +82,7 @@ func writeTract(t testing.TB, f *FS, data DataStore, a Attr, start uint64, b []b
 	if err := data.WriteTract(ctx, a.Blob, first, b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.CommitBlocks(ctx, a.Handle, a.Blob, []NewBlock{{Start: start, Tract: first, Length: uint64(len(b))}}, 0, 0); err != nil {
+	if _, err := f.CommitBlocks(ctx, a.Handle, a.Blob, []NewBlock{{Start: start, Tract: first, Length: uint64(len(b))}}, Commit{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -284,6 +284,26 @@ func (f *FS) holdAttr(h fs.Handle, in fs.SetAttrIn) (fs.Attr, bool) {
 	return a, true
 }
 
+// heldAttrs returns the attribute changes held back for st.
+func (st *file) heldAttrs() fs.SetAttrIn {
+	st.sumMu.Lock()
+	defer st.sumMu.Unlock()
+	return st.pend
+}
+
+// sentAttrs records that held changes p went with a block commit: they
+// are no longer held, unless more came meanwhile.
+func (st *file) sentAttrs(p fs.SetAttrIn) {
+	if p.Valid == 0 {
+		return
+	}
+	st.sumMu.Lock()
+	if st.pend == p {
+		st.pend = fs.SetAttrIn{}
+	}
+	st.sumMu.Unlock()
+}
+
 // sendHeldAttrs sends the attribute changes held back for st (after its
 // buffered writes: an explicit time set after them wins).
 func (f *FS) sendHeldAttrs(ctx context.Context, st *file) error {
@@ -614,15 +634,15 @@ func (f *FS) flushOnce(ctx context.Context, st *file) error {
 		for i, b := range batch {
 			nbs[i] = fs.NewBlock{Start: b.start, Tract: b.tract, Length: uint64(len(b.data)), Base: b.base}
 		}
-		var size uint64
-		var mt int64
+		var c fs.Commit
 		if lo+len(batch) == len(blocks) {
-			size, mt = finalSize, mtime
+			c = fs.Commit{Size: finalSize, Mtime: mtime, Attrs: st.heldAttrs()}
 		}
-		res, err := f.md.CommitBlocks(ctx, h, blob, nbs, size, mt)
+		res, err := f.md.CommitBlocks(ctx, h, blob, nbs, c)
 		if err != nil {
 			return err
 		}
+		st.sentAttrs(c.Attrs)
 		committedUpTo = lo + len(batch)
 		st.cacheMu.Lock()
 		if st.blocks != nil && f.cfg.Snapshot == 0 {
@@ -663,10 +683,12 @@ func (f *FS) newTracts(ctx context.Context, blob fs.GUID, exists bool, n uint64)
 // fs.MaxInlineBytes, with its data in the metadata.
 func (f *FS) commitInline(ctx context.Context, st *file, state fs.FileState, b *newBlock, size uint64, mtime int64) error {
 	nb := fs.NewBlock{Start: 0, Tract: rand.Uint64(), Length: uint64(len(b.data)), Base: b.base, Inline: b.data}
-	res, err := f.md.CommitBlocks(ctx, st.h, state.Blob, []fs.NewBlock{nb}, size, mtime)
+	held := st.heldAttrs()
+	res, err := f.md.CommitBlocks(ctx, st.h, state.Blob, []fs.NewBlock{nb}, fs.Commit{Size: size, Mtime: mtime, Attrs: held})
 	if err != nil {
 		return err
 	}
+	st.sentAttrs(held)
 	f.stats.InlineCommits.Add(1)
 	st.cacheMu.Lock()
 	if st.blocks != nil && f.cfg.Snapshot == 0 {

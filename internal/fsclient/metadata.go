@@ -45,7 +45,7 @@ type Metadata interface {
 	Release(ctx context.Context, h fs.Handle) error
 	StatFS(ctx context.Context) (fs.StatFS, error)
 	FileBlocks(ctx context.Context, h fs.Handle, starts []uint64) (fs.FileState, []fs.BlockRef, error)
-	CommitBlocks(ctx context.Context, h fs.Handle, blob fs.GUID, blocks []fs.NewBlock, size uint64, mtime int64) (fs.BlocksCommitted, error)
+	CommitBlocks(ctx context.Context, h fs.Handle, blob fs.GUID, blocks []fs.NewBlock, c fs.Commit) (fs.BlocksCommitted, error)
 }
 
 // Syncer is implemented by a Metadata whose server may answer a change
@@ -157,6 +157,6 @@ func (l Local) FileBlocks(ctx context.Context, h fs.Handle, starts []uint64) (fs
 	return l.FS.FileBlocks(l.ctx(ctx), h, starts)
 }
 
-func (l Local) CommitBlocks(ctx context.Context, h fs.Handle, blob fs.GUID, blocks []fs.NewBlock, size uint64, mtime int64) (fs.BlocksCommitted, error) {
-	return l.FS.CommitBlocks(l.ctx(ctx), h, blob, blocks, size, mtime)
+func (l Local) CommitBlocks(ctx context.Context, h fs.Handle, blob fs.GUID, blocks []fs.NewBlock, c fs.Commit) (fs.BlocksCommitted, error) {
+	return l.FS.CommitBlocks(l.ctx(ctx), h, blob, blocks, c)
 }

@@ -772,8 +772,8 @@ func (m *FSClient) FileBlocks(ctx context.Context, hd fs.Handle, starts []uint64
 // whose answer was lost is not applied twice, and its retry is told it was
 // applied (a flush that took it for failed would free tracts the file
 // names).
-func (m *FSClient) CommitBlocks(ctx context.Context, hd fs.Handle, blob fs.GUID, blocks []fs.NewBlock, size uint64, mtime int64) (fs.BlocksCommitted, error) {
-	req := &pb.CommitBlocksRequest{Handle: handleToPB(hd), Blob: blob[:], Size: size, MtimeNs: mtime}
+func (m *FSClient) CommitBlocks(ctx context.Context, hd fs.Handle, blob fs.GUID, blocks []fs.NewBlock, c fs.Commit) (fs.BlocksCommitted, error) {
+	req := &pb.CommitBlocksRequest{Handle: handleToPB(hd), Blob: blob[:], Size: c.Size, MtimeNs: c.Mtime, Attrs: setAttrInToPB(c.Attrs)}
 	for _, b := range blocks {
 		req.Blocks = append(req.Blocks, &pb.NewBlock{Start: b.Start, Tract: b.Tract, Length: b.Length, Base: blockToPB(b.Base), Inline: b.Inline})
 	}

@@ -212,10 +212,27 @@ func (s *Server) GetAttr(ctx context.Context, req *pb.GetAttrRequest) (*pb.AttrR
 	return attrResponse(e, ack, a), nil
 }
 
+// setAttrInFromPB reads attribute changes (nil: none).
+func setAttrInFromPB(req *pb.SetAttrRequest) fs.SetAttrIn {
+	if req == nil {
+		return fs.SetAttrIn{}
+	}
+	return fs.SetAttrIn{Valid: req.GetValid(), Mode: req.GetMode(), Uid: req.GetUid(), Gid: req.GetGid(), Size: req.GetSize(),
+		Atime: time.Unix(0, req.GetAtimeNs()), Mtime: time.Unix(0, req.GetMtimeNs()), Ctime: time.Unix(0, req.GetCtimeNs())}
+}
+
+// setAttrInToPB is setAttrInFromPB's inverse (no header nor handle).
+func setAttrInToPB(in fs.SetAttrIn) *pb.SetAttrRequest {
+	if in.Valid == 0 {
+		return nil
+	}
+	return &pb.SetAttrRequest{Valid: in.Valid, Mode: in.Mode, Uid: in.Uid, Gid: in.Gid, Size: in.Size,
+		AtimeNs: in.Atime.UnixNano(), MtimeNs: in.Mtime.UnixNano(), CtimeNs: in.Ctime.UnixNano()}
+}
+
 // SetAttr implements pb.MetaServer.
 func (s *Server) SetAttr(ctx context.Context, req *pb.SetAttrRequest) (*pb.AttrResponse, error) {
-	in := fs.SetAttrIn{Valid: req.GetValid(), Mode: req.GetMode(), Uid: req.GetUid(), Gid: req.GetGid(), Size: req.GetSize(),
-		Atime: time.Unix(0, req.GetAtimeNs()), Mtime: time.Unix(0, req.GetMtimeNs()), Ctime: time.Unix(0, req.GetCtimeNs())}
+	in := setAttrInFromPB(req)
 	var a fs.Attr
 	h := handleFromPB(req.GetHandle())
 	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: h.D, recorded: true}, func(ctx context.Context, f *fs.FS) (err error) {
@@ -626,7 +643,7 @@ func (s *Server) CommitBlocks(ctx context.Context, req *pb.CommitBlocksRequest) 
 	var res fs.BlocksCommitted
 	h := handleFromPB(req.GetHandle())
 	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: h.D, recorded: true}, func(ctx context.Context, f *fs.FS) (err error) {
-		res, err = f.CommitBlocks(ctx, h, blob, nbs, req.GetSize(), req.GetMtimeNs())
+		res, err = f.CommitBlocks(ctx, h, blob, nbs, fs.Commit{Size: req.GetSize(), Mtime: req.GetMtimeNs(), Attrs: setAttrInFromPB(req.GetAttrs())})
 		return err
 	}, func(ctx context.Context, f *fs.FS) error {
 		// Applied already (the client lost the answer): the blocks as they

@@ -2611,13 +2611,16 @@ func (x *NewBlock) GetInline() []byte {
 }
 
 type CommitBlocksRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Handle        *Handle                `protobuf:"bytes,2,opt,name=handle,proto3" json:"handle,omitempty"`
-	Blob          []byte                 `protobuf:"bytes,3,opt,name=blob,proto3" json:"blob,omitempty"`
-	Blocks        []*NewBlock            `protobuf:"bytes,4,rep,name=blocks,proto3" json:"blocks,omitempty"`
-	Size          uint64                 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
-	MtimeNs       int64                  `protobuf:"varint,6,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Header  *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Handle  *Handle                `protobuf:"bytes,2,opt,name=handle,proto3" json:"handle,omitempty"`
+	Blob    []byte                 `protobuf:"bytes,3,opt,name=blob,proto3" json:"blob,omitempty"`
+	Blocks  []*NewBlock            `protobuf:"bytes,4,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	Size    uint64                 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	MtimeNs int64                  `protobuf:"varint,6,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	// Attribute changes the client held back while it had the file open,
+	// applied with the blocks (fs.Commit: mode, owner and explicit times).
+	Attrs         *SetAttrRequest `protobuf:"bytes,7,opt,name=attrs,proto3" json:"attrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2692,6 +2695,13 @@ func (x *CommitBlocksRequest) GetMtimeNs() int64 {
 		return x.MtimeNs
 	}
 	return 0
+}
+
+func (x *CommitBlocksRequest) GetAttrs() *SetAttrRequest {
+	if x != nil {
+		return x.Attrs
+	}
+	return nil
 }
 
 type CommitBlocksResponse struct {
@@ -4372,14 +4382,15 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x05tract\x18\x02 \x01(\x04R\x05tract\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\x04R\x06length\x12+\n" +
 	"\x04base\x18\x04 \x01(\v2\x17.arbor.meta.v1.BlockRefR\x04base\x12\x16\n" +
-	"\x06inline\x18\x05 \x01(\fR\x06inline\"\xe7\x01\n" +
+	"\x06inline\x18\x05 \x01(\fR\x06inline\"\x9c\x02\n" +
 	"\x13CommitBlocksRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x12-\n" +
 	"\x06handle\x18\x02 \x01(\v2\x15.arbor.meta.v1.HandleR\x06handle\x12\x12\n" +
 	"\x04blob\x18\x03 \x01(\fR\x04blob\x12/\n" +
 	"\x06blocks\x18\x04 \x03(\v2\x17.arbor.meta.v1.NewBlockR\x06blocks\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x19\n" +
-	"\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\"\xc8\x01\n" +
+	"\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\x123\n" +
+	"\x05attrs\x18\a \x01(\v2\x1d.arbor.meta.v1.SetAttrRequestR\x05attrs\"\xc8\x01\n" +
 	"\x14CommitBlocksResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x19\n" +
@@ -4654,81 +4665,82 @@ var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	4,   // 55: arbor.meta.v1.CommitBlocksRequest.header:type_name -> arbor.meta.v1.Header
 	6,   // 56: arbor.meta.v1.CommitBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
 	34,  // 57: arbor.meta.v1.CommitBlocksRequest.blocks:type_name -> arbor.meta.v1.NewBlock
-	9,   // 58: arbor.meta.v1.CommitBlocksResponse.error:type_name -> arbor.meta.v1.Error
-	31,  // 59: arbor.meta.v1.CommitBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
-	5,   // 60: arbor.meta.v1.CommitBlocksResponse.ack:type_name -> arbor.meta.v1.Ack
-	4,   // 61: arbor.meta.v1.SessionRequest.header:type_name -> arbor.meta.v1.Header
-	9,   // 62: arbor.meta.v1.FileSystemResponse.error:type_name -> arbor.meta.v1.Error
-	9,   // 63: arbor.meta.v1.DeleteFileSystemResponse.error:type_name -> arbor.meta.v1.Error
-	9,   // 64: arbor.meta.v1.CreateSnapshotResponse.error:type_name -> arbor.meta.v1.Error
-	9,   // 65: arbor.meta.v1.DeleteSnapshotResponse.error:type_name -> arbor.meta.v1.Error
-	9,   // 66: arbor.meta.v1.CheckResponse.error:type_name -> arbor.meta.v1.Error
-	9,   // 67: arbor.meta.v1.WaitSafeResponse.error:type_name -> arbor.meta.v1.Error
-	50,  // 68: arbor.meta.v1.WaitSafeResponse.lost:type_name -> arbor.meta.v1.SeqRange
-	48,  // 69: arbor.meta.v1.TableStatsResponse.tables:type_name -> arbor.meta.v1.TableStats
-	9,   // 70: arbor.meta.v1.MoveTableResponse.error:type_name -> arbor.meta.v1.Error
-	9,   // 71: arbor.meta.v1.SplitTableResponse.error:type_name -> arbor.meta.v1.Error
-	3,   // 72: arbor.meta.v1.TablesRequest.op:type_name -> arbor.meta.v1.TablesRequest.Op
-	9,   // 73: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
-	12,  // 74: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
-	13,  // 75: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
-	14,  // 76: arbor.meta.v1.Meta.SetAttr:input_type -> arbor.meta.v1.SetAttrRequest
-	15,  // 77: arbor.meta.v1.Meta.Create:input_type -> arbor.meta.v1.CreateRequest
-	16,  // 78: arbor.meta.v1.Meta.Readlink:input_type -> arbor.meta.v1.ReadlinkRequest
-	18,  // 79: arbor.meta.v1.Meta.Link:input_type -> arbor.meta.v1.LinkRequest
-	19,  // 80: arbor.meta.v1.Meta.Remove:input_type -> arbor.meta.v1.RemoveRequest
-	20,  // 81: arbor.meta.v1.Meta.Rename:input_type -> arbor.meta.v1.RenameRequest
-	21,  // 82: arbor.meta.v1.Meta.ReadDir:input_type -> arbor.meta.v1.ReadDirRequest
-	24,  // 83: arbor.meta.v1.Meta.Xattr:input_type -> arbor.meta.v1.XattrRequest
-	26,  // 84: arbor.meta.v1.Meta.Open:input_type -> arbor.meta.v1.OpenRequest
-	26,  // 85: arbor.meta.v1.Meta.Release:input_type -> arbor.meta.v1.OpenRequest
-	27,  // 86: arbor.meta.v1.Meta.SyncOpens:input_type -> arbor.meta.v1.SyncOpensRequest
-	28,  // 87: arbor.meta.v1.Meta.StatFS:input_type -> arbor.meta.v1.StatFSRequest
-	32,  // 88: arbor.meta.v1.Meta.FileBlocks:input_type -> arbor.meta.v1.FileBlocksRequest
-	35,  // 89: arbor.meta.v1.Meta.CommitBlocks:input_type -> arbor.meta.v1.CommitBlocksRequest
-	37,  // 90: arbor.meta.v1.Meta.Session:input_type -> arbor.meta.v1.SessionRequest
-	49,  // 91: arbor.meta.v1.Meta.WaitSafe:input_type -> arbor.meta.v1.WaitSafeRequest
-	38,  // 92: arbor.meta.v1.Meta.CreateFileSystem:input_type -> arbor.meta.v1.CreateFileSystemRequest
-	40,  // 93: arbor.meta.v1.Meta.DeleteFileSystem:input_type -> arbor.meta.v1.DeleteFileSystemRequest
-	42,  // 94: arbor.meta.v1.Meta.CreateSnapshot:input_type -> arbor.meta.v1.CreateSnapshotRequest
-	44,  // 95: arbor.meta.v1.Meta.DeleteSnapshot:input_type -> arbor.meta.v1.DeleteSnapshotRequest
-	46,  // 96: arbor.meta.v1.Meta.Check:input_type -> arbor.meta.v1.CheckRequest
-	52,  // 97: arbor.meta.v1.Meta.TableStats:input_type -> arbor.meta.v1.TableStatsRequest
-	54,  // 98: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
-	56,  // 99: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
-	58,  // 100: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
-	10,  // 101: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
-	10,  // 102: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
-	10,  // 103: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
-	10,  // 104: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
-	17,  // 105: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
-	10,  // 106: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
-	11,  // 107: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
-	11,  // 108: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
-	23,  // 109: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
-	25,  // 110: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
-	10,  // 111: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
-	11,  // 112: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
-	11,  // 113: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
-	29,  // 114: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
-	33,  // 115: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
-	36,  // 116: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
-	11,  // 117: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
-	51,  // 118: arbor.meta.v1.Meta.WaitSafe:output_type -> arbor.meta.v1.WaitSafeResponse
-	39,  // 119: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
-	41,  // 120: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
-	43,  // 121: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
-	45,  // 122: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
-	47,  // 123: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
-	53,  // 124: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
-	55,  // 125: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
-	57,  // 126: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
-	59,  // 127: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
-	101, // [101:128] is the sub-list for method output_type
-	74,  // [74:101] is the sub-list for method input_type
-	74,  // [74:74] is the sub-list for extension type_name
-	74,  // [74:74] is the sub-list for extension extendee
-	0,   // [0:74] is the sub-list for field type_name
+	14,  // 58: arbor.meta.v1.CommitBlocksRequest.attrs:type_name -> arbor.meta.v1.SetAttrRequest
+	9,   // 59: arbor.meta.v1.CommitBlocksResponse.error:type_name -> arbor.meta.v1.Error
+	31,  // 60: arbor.meta.v1.CommitBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
+	5,   // 61: arbor.meta.v1.CommitBlocksResponse.ack:type_name -> arbor.meta.v1.Ack
+	4,   // 62: arbor.meta.v1.SessionRequest.header:type_name -> arbor.meta.v1.Header
+	9,   // 63: arbor.meta.v1.FileSystemResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 64: arbor.meta.v1.DeleteFileSystemResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 65: arbor.meta.v1.CreateSnapshotResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 66: arbor.meta.v1.DeleteSnapshotResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 67: arbor.meta.v1.CheckResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 68: arbor.meta.v1.WaitSafeResponse.error:type_name -> arbor.meta.v1.Error
+	50,  // 69: arbor.meta.v1.WaitSafeResponse.lost:type_name -> arbor.meta.v1.SeqRange
+	48,  // 70: arbor.meta.v1.TableStatsResponse.tables:type_name -> arbor.meta.v1.TableStats
+	9,   // 71: arbor.meta.v1.MoveTableResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 72: arbor.meta.v1.SplitTableResponse.error:type_name -> arbor.meta.v1.Error
+	3,   // 73: arbor.meta.v1.TablesRequest.op:type_name -> arbor.meta.v1.TablesRequest.Op
+	9,   // 74: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
+	12,  // 75: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
+	13,  // 76: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
+	14,  // 77: arbor.meta.v1.Meta.SetAttr:input_type -> arbor.meta.v1.SetAttrRequest
+	15,  // 78: arbor.meta.v1.Meta.Create:input_type -> arbor.meta.v1.CreateRequest
+	16,  // 79: arbor.meta.v1.Meta.Readlink:input_type -> arbor.meta.v1.ReadlinkRequest
+	18,  // 80: arbor.meta.v1.Meta.Link:input_type -> arbor.meta.v1.LinkRequest
+	19,  // 81: arbor.meta.v1.Meta.Remove:input_type -> arbor.meta.v1.RemoveRequest
+	20,  // 82: arbor.meta.v1.Meta.Rename:input_type -> arbor.meta.v1.RenameRequest
+	21,  // 83: arbor.meta.v1.Meta.ReadDir:input_type -> arbor.meta.v1.ReadDirRequest
+	24,  // 84: arbor.meta.v1.Meta.Xattr:input_type -> arbor.meta.v1.XattrRequest
+	26,  // 85: arbor.meta.v1.Meta.Open:input_type -> arbor.meta.v1.OpenRequest
+	26,  // 86: arbor.meta.v1.Meta.Release:input_type -> arbor.meta.v1.OpenRequest
+	27,  // 87: arbor.meta.v1.Meta.SyncOpens:input_type -> arbor.meta.v1.SyncOpensRequest
+	28,  // 88: arbor.meta.v1.Meta.StatFS:input_type -> arbor.meta.v1.StatFSRequest
+	32,  // 89: arbor.meta.v1.Meta.FileBlocks:input_type -> arbor.meta.v1.FileBlocksRequest
+	35,  // 90: arbor.meta.v1.Meta.CommitBlocks:input_type -> arbor.meta.v1.CommitBlocksRequest
+	37,  // 91: arbor.meta.v1.Meta.Session:input_type -> arbor.meta.v1.SessionRequest
+	49,  // 92: arbor.meta.v1.Meta.WaitSafe:input_type -> arbor.meta.v1.WaitSafeRequest
+	38,  // 93: arbor.meta.v1.Meta.CreateFileSystem:input_type -> arbor.meta.v1.CreateFileSystemRequest
+	40,  // 94: arbor.meta.v1.Meta.DeleteFileSystem:input_type -> arbor.meta.v1.DeleteFileSystemRequest
+	42,  // 95: arbor.meta.v1.Meta.CreateSnapshot:input_type -> arbor.meta.v1.CreateSnapshotRequest
+	44,  // 96: arbor.meta.v1.Meta.DeleteSnapshot:input_type -> arbor.meta.v1.DeleteSnapshotRequest
+	46,  // 97: arbor.meta.v1.Meta.Check:input_type -> arbor.meta.v1.CheckRequest
+	52,  // 98: arbor.meta.v1.Meta.TableStats:input_type -> arbor.meta.v1.TableStatsRequest
+	54,  // 99: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
+	56,  // 100: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
+	58,  // 101: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
+	10,  // 102: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 103: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 104: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 105: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
+	17,  // 106: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
+	10,  // 107: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
+	11,  // 108: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
+	11,  // 109: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
+	23,  // 110: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
+	25,  // 111: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
+	10,  // 112: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
+	11,  // 113: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
+	11,  // 114: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
+	29,  // 115: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
+	33,  // 116: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
+	36,  // 117: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
+	11,  // 118: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
+	51,  // 119: arbor.meta.v1.Meta.WaitSafe:output_type -> arbor.meta.v1.WaitSafeResponse
+	39,  // 120: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
+	41,  // 121: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
+	43,  // 122: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
+	45,  // 123: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
+	47,  // 124: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
+	53,  // 125: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
+	55,  // 126: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
+	57,  // 127: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
+	59,  // 128: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
+	102, // [102:129] is the sub-list for method output_type
+	75,  // [75:102] is the sub-list for method input_type
+	75,  // [75:75] is the sub-list for extension type_name
+	75,  // [75:75] is the sub-list for extension extendee
+	0,   // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_internal_meta_metapb_meta_proto_init() }
