@@ -135,7 +135,7 @@ func TestEarlyRepliesSurviveOwnerCrash(t *testing.T) {
 	c.slow.delay.Store(int64(150 * time.Millisecond))
 	stop := make(chan struct{})
 	go func() {
-		time.Sleep(600 * time.Millisecond)
+		waitUnsafe(x, 10)
 		owner := c.owner(ctx, x.f, d.Handle.D)
 		unsafe := x.mainMD.Unsafe()
 		c.kill(owner)
@@ -186,7 +186,7 @@ func TestEarlyRepliesSurviveAbort(t *testing.T) {
 	c.slow.delay.Store(int64(20 * time.Millisecond))
 	stop := make(chan struct{})
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		waitUnsafe(x, 10)
 		c.slow.fail.Store(maxCommitTries + 2)
 		time.Sleep(time.Second)
 		close(stop)
@@ -201,4 +201,12 @@ func TestEarlyRepliesSurviveAbort(t *testing.T) {
 		t.Fatalf("journal %+v: want replays, none failed", st)
 	}
 	checkCreated(t, x, d.Handle, acked)
+}
+
+// waitUnsafe waits (at most 20 s) until x's main session holds at least n
+// operations answered early and not yet durable.
+func waitUnsafe(x *clusterFS, n int) {
+	for deadline := time.Now().Add(20 * time.Second); x.mainMD.Unsafe() < n && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 }

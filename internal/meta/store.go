@@ -54,7 +54,7 @@ type store struct {
 	units   map[uint64]*unit // loaded units by directory id
 	unitIdx *btreemap.BTreeMap[uint64, *unit]
 	bytes   int64 // cached bytes
-	useTick uint64
+	useTick atomic.Uint64
 
 	loadMu  sync.Mutex
 	loading map[uint64]chan struct{}
@@ -105,7 +105,7 @@ type unit struct {
 	d       uint64
 	bytes   int64
 	dirty   int
-	lastUse uint64
+	lastUse atomic.Uint64
 	keys    int
 	// inodes counts the inodes among its cached keys, -1 when not
 	// counted since its keys changed (cachedCounts counts it again).
@@ -286,10 +286,9 @@ func (s *store) tableOf(d uint64) *table {
 }
 
 // touch marks u used now. Callers hold mu (a read lock is enough: the tick
-// is advisory).
+// is advisory, and atomic since readers share the lock).
 func (s *store) touch(u *unit) {
-	s.useTick++
-	u.lastUse = s.useTick
+	u.lastUse.Store(s.useTick.Add(1))
 }
 
 // load reads unit d from the tree into the cache, once however many ask.
@@ -364,7 +363,7 @@ func (s *store) evictLocked() {
 			us = append(us, u)
 		}
 	}
-	slices.SortFunc(us, func(a, b *unit) int { return int(a.lastUse - b.lastUse) })
+	slices.SortFunc(us, func(a, b *unit) int { return cmp.Compare(a.lastUse.Load(), b.lastUse.Load()) })
 	for _, u := range us {
 		if s.bytes <= s.lim.CacheBytes*9/10 {
 			break
