@@ -33,11 +33,22 @@ func (f *FS) orphaned(ctx context.Context, h Handle) {
 	}
 }
 
+// errTrimPending: an orphan's inode still has blocks to trim.
+var errTrimPending = errors.New("fs: the orphan's blocks are not all trimmed yet")
+
 // reclaim deletes orphan h: its blocks (freeing the tracts no snapshot
 // needs), attributes and symlink chunks, then its inode and orphan record
 // in one transaction, then its blob once no snapshot needs it.
 func (f *FS) reclaim(ctx context.Context, h Handle) error {
 	err := f.reclaimOnce(ctx, h)
+	for range maxTruncateAttempts {
+		if !errors.Is(err, errTrimPending) {
+			break
+		}
+		if err = f.trim(ctx, h); err == nil {
+			err = f.reclaimOnce(ctx, h)
+		}
+	}
 	if errnoOf(err) == syscall.ENOENT {
 		// Another client (or this one's background pass) reclaimed it
 		// meanwhile: only the record may be left.
@@ -123,6 +134,11 @@ func (f *FS) reclaimOnce(ctx context.Context, h Handle) error {
 		}
 		if in.Nlink > 0 {
 			return w.tx.Delete(k.orphan(h))
+		}
+		if in.TrimFrom != 0 {
+			// Blocks are left (a trim stopped short): deleting the inode
+			// now would strand them.
+			return errTrimPending
 		}
 		if in.Mode&sIFMT == sIFLNK && uint64(len(in.Target)) != in.Size {
 			for i := uint64(0); i*symlinkChunkBytes < in.Size; i++ {

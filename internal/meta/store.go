@@ -242,8 +242,16 @@ func (s *store) classify(k []byte) (keyClass, uint64, *table, error) {
 	if !isTable {
 		return classShared, 0, nil, nil
 	}
-	if t := s.tableOf(d); t != nil && t.live() {
+	t := s.tableOf(d)
+	if t != nil && t.live() {
 		return classOwned, d, t, nil
+	}
+	if u := s.units[d]; t != nil && u != nil && u.dirty > 0 {
+		// Served here but not now (its lease is being renewed, it is
+		// paused for a move): the tree lacks the writes not yet durable,
+		// and the cache may be overtaken by a next owner. Neither can be
+		// read.
+		return 0, 0, nil, fmt.Errorf("%w: table %d is not served at the moment (directory %#x has writes not yet durable)", errNotOwner, t.id, d)
 	}
 	return classForeign, d, nil, nil
 }
