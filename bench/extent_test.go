@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -100,7 +101,8 @@ func newExtentBenchCluster(b *testing.B) *extentBenchCluster {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e, err := raftengine.Open(raftengine.Config{NodeID: id, Store: st, Transport: tr, Logger: quietLogger(), Factory: factory})
+		e, err := raftengine.Open(raftengine.Config{NodeID: id, Store: st, Transport: tr, Logger: quietLogger(), Factory: factory,
+			DisableLeaseReads: os.Getenv("ARBOR_BENCH_NO_LEASE") != ""})
 		if err != nil {
 			b.Fatal(err)
 		}

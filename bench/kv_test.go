@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/btree/extentstore"
@@ -182,6 +185,7 @@ func BenchmarkKV(b *testing.B) {
 			}
 			return err
 		})
+		rtt := grpcUnaryRef(b, kvBenchClients, refOps/4)
 		before := tr.Metrics()
 		b.ResetTimer()
 		rate := parallelFor(b, kvBenchClients, b.N, func(r *rand.Rand, _ int) error {
@@ -194,6 +198,10 @@ func BenchmarkKV(b *testing.B) {
 		})
 		b.StopTimer()
 		reportKV(b, tr, before, rate, ref, "gets/s", "pebble-gets/s")
+		// The issue-11 reference: a networked read cannot beat one unary
+		// gRPC round trip on the same loopback.
+		b.ReportMetric(rtt, "grpc-unary/s")
+		b.ReportMetric(rate/rtt, "ratio-grpc")
 	})
 	b.Run("op=scan", func(b *testing.B) {
 		db := pebbleRef(b, kvBenchKeys)
@@ -243,4 +251,29 @@ func reportKV(b *testing.B, tr *btree.Tree, before btree.Metrics, rate, ref floa
 	b.ReportMetric(rate/ref, "ratio")
 	b.ReportMetric(ratio, "cache-hit-ratio")
 	b.ReportMetric(float64(after.Retries-before.Retries)/float64(max(b.N, 1)), "retries/op")
+}
+
+// grpcUnaryRef is the rate of bare unary gRPC round trips (the standard
+// health check: a few bytes each way, no work on the server) on loopback
+// with clients concurrent callers: the physical limit of a networked read.
+func grpcUnaryRef(b *testing.B, clients, total int) float64 {
+	b.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	return parallelFor(b, clients, total, func(*rand.Rand, int) error {
+		_, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		return err
+	})
 }

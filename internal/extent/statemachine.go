@@ -123,17 +123,27 @@ func (sm *StateMachine) reader() raftengine.Reader {
 	return sm.r
 }
 
+// pointInTime is a Reader that can also read one consistent state
+// (raftengine's reader over pebble: an iterator's view).
+type pointInTime interface {
+	View(fn func(r raftengine.Reader) error) error
+}
+
 // view runs fn against a consistent state of the replica: one that some
 // applied index produced in full. Applies commit to the database after
-// Apply returns, in batches, while reads run concurrently; every batch
-// that changes anything rewrites Meta (whose applied index makes it
-// unique), and pebble makes batches visible atomically and in order, so if
-// Meta reads the same before and after fn, no batch landed in between and
-// fn saw one state. fn may run several times; it must only read.
+// Apply returns, in batches, while reads run concurrently. A reader with
+// point-in-time views gives one at once. Otherwise: every batch that
+// changes anything rewrites Meta (whose applied index makes it unique),
+// and batches become visible atomically and in order, so if Meta reads the
+// same before and after fn, no batch landed in between and fn saw one
+// state. fn may run several times; it must only read.
 func (sm *StateMachine) view(fn func(r raftengine.Reader) error) error {
 	r := sm.reader()
 	if r == nil {
 		return errNoReader
+	}
+	if pit, ok := r.(pointInTime); ok {
+		return pit.View(fn)
 	}
 	for attempt := range maxReadAttempts {
 		before, err := getOptional(r, keyMeta)

@@ -33,7 +33,9 @@
 //     the state machine's key span streamed and installed atomically
 //     (snapshot.go).
 //   - Membership change (learner, voter, removal), leader transfer, and
-//     linearizable reads by ReadIndex.
+//     linearizable reads: from the leader's lease when it holds one, else
+//     by raft's ReadIndex, whose completion extends the lease (lease.go,
+//     with the clock assumption it rests on).
 //
 // Invariants and ordering rules:
 //

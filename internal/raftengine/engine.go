@@ -78,6 +78,16 @@ type Config struct {
 	// replicas count as down (see quiesce.go). Default: two election
 	// timeouts.
 	LivenessTimeout time.Duration
+	// DisableLeaseReads makes every ReadIndex a heartbeat round (lease.go).
+	DisableLeaseReads bool
+	// MaxClockDrift bounds how much faster or slower than real time any
+	// node's clock may run, as a fraction; leases are shortened by it
+	// (lease.go). Default DefaultMaxClockDrift.
+	MaxClockDrift float64
+
+	// leaseOverride, if set (tests only), replaces the lease the clock
+	// bounds allow: a test shows what a too long lease breaks.
+	leaseOverride time.Duration
 
 	// OnLeaderChange is called from a group's worker whenever a local
 	// replica sees a new leader (0: none). It must not block.
@@ -118,6 +128,9 @@ func (c *Config) validate() error {
 	if c.LivenessTimeout == 0 {
 		c.LivenessTimeout = 2 * time.Duration(c.ElectionTicks) * c.TickInterval
 	}
+	if c.MaxClockDrift == 0 {
+		c.MaxClockDrift = DefaultMaxClockDrift
+	}
 	switch {
 	case c.TickInterval < time.Millisecond:
 		return fmt.Errorf("raftengine: TickInterval %v below 1ms", c.TickInterval)
@@ -129,6 +142,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("raftengine: MaxCommandBytes %d outside [1, %d]", c.MaxCommandBytes, maxCommandBytesLimit)
 	case c.LogRetainEntries < 8:
 		return fmt.Errorf("raftengine: LogRetainEntries %d below 8", c.LogRetainEntries)
+	case c.MaxClockDrift < 0 || c.MaxClockDrift >= 0.5:
+		return fmt.Errorf("raftengine: MaxClockDrift %v outside [0, 0.5)", c.MaxClockDrift)
 	case c.LivenessTimeout <= c.TickInterval:
 		return fmt.Errorf("raftengine: LivenessTimeout %v must exceed TickInterval", c.LivenessTimeout)
 	}
@@ -154,6 +169,16 @@ type Engine struct {
 	live   map[uint64]time.Time
 	start  time.Time
 
+	// lease is how long a completed ReadIndex round lets the leader answer
+	// reads alone (lease.go); 0: never.
+	lease time.Duration
+	// voteQuiet is how long after its start the engine refuses votes: one
+	// lease, as the clocks allow it.
+	voteQuiet time.Duration
+	// leaseHook, if set (tests only), runs after a read found the lease
+	// valid and before it returns, as a pause of the leader would.
+	leaseHook atomic.Pointer[func()]
+
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -175,6 +200,7 @@ type engineMetrics struct {
 	messagesSent, messagesReceived, messagesDropped    atomic.Uint64
 	snapshotsSent, snapshotsApplied, snapshotBytesSent atomic.Uint64
 	leaderChanges                                      atomic.Uint64
+	leaseReads, readRounds                             atomic.Uint64
 }
 
 // Open reopens every replica stored on the node. Call Start to run them.
@@ -192,6 +218,8 @@ func Open(cfg Config) (*Engine, error) {
 		snapshotSlots: make(chan struct{}, cfg.SnapshotsInFlight),
 		live:          map[uint64]time.Time{},
 		start:         time.Now(),
+		lease:         cfg.leaseDuration(),
+		voteQuiet:     cfg.safeLease(),
 		ctx:           ctx,
 		cancel:        cancel,
 	}
@@ -550,13 +578,23 @@ func (e *Engine) propose(ctx context.Context, gid uint64, p *proposal) (any, err
 
 // ReadIndex returns once the local state machine reflects every command
 // committed before the call: a read of it then is linearizable. Only the
-// leader serves it (raft's ReadIndex: one heartbeat round confirms the
-// leadership).
+// leader serves it: from its lease if it holds one (lease.go), else after
+// a heartbeat round confirms the leadership (raft's ReadIndex).
 func (e *Engine) ReadIndex(ctx context.Context, gid uint64) error {
 	g, err := e.liveGroup(gid)
 	if err != nil {
 		return err
 	}
+	if e.leaseRead(g) {
+		return nil
+	}
+	return e.readIndexRound(ctx, g)
+}
+
+// readIndexRound is ReadIndex by a heartbeat round; its completion
+// extends the leader's lease.
+func (e *Engine) readIndexRound(ctx context.Context, g *group) error {
+	e.metrics.readRounds.Add(1)
 	r := &readRequest{ctx: binary.BigEndian.AppendUint64(nil, e.nextID.Add(1)), done: make(chan error, 1)}
 	if !g.enqueue(func(in *inbox) { in.reads = append(in.reads, r) }) {
 		return ErrStopped
@@ -678,6 +716,8 @@ func (e *Engine) Metrics() Metrics {
 		SnapshotsApplied:  e.metrics.snapshotsApplied.Load(),
 		SnapshotBytesSent: e.metrics.snapshotBytesSent.Load(),
 		LeaderChanges:     e.metrics.leaderChanges.Load(),
+		LeaseReads:        e.metrics.leaseReads.Load(),
+		ReadRounds:        e.metrics.readRounds.Load(),
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()

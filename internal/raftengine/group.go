@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
@@ -69,6 +70,11 @@ type readRequest struct {
 	ctx   []byte
 	index uint64 // 0 until raft confirmed leadership
 	done  chan error
+	// issued is when the request entered raft (the engine's clock) and
+	// leaseGen the group's lease generation then: its completion extends
+	// the lease from issued if nothing ended the lease since.
+	issued   time.Duration
+	leaseGen uint64
 }
 
 // snapshotOffer asks whether a snapshot is worth receiving.
@@ -118,6 +124,11 @@ type group struct {
 	quiesced atomic.Bool
 	stopped  atomic.Bool
 	status   atomic.Pointer[GroupStatus]
+	// leaseUntil is when the leader's read lease ends (the engine's clock,
+	// nanoseconds; 0: no lease); renewing is set while a renewal round
+	// runs (lease.go).
+	leaseUntil atomic.Int64
+	renewing   atomic.Bool
 
 	// Everything below is owned by the worker processing the group.
 	rn          *raft.RawNode
@@ -144,6 +155,10 @@ type group struct {
 	// committed.
 	ready   raft.Ready
 	results []appliedResult
+	// leaseGen counts the ends of the lease; leaseBarredTerm is a term in
+	// which a leadership transfer started, so no lease is granted in it.
+	leaseGen        uint64
+	leaseBarredTerm uint64
 }
 
 func (g *group) enqueue(f func(in *inbox)) bool {
@@ -273,12 +288,14 @@ func (g *group) processInbox(in inbox) error {
 			r.done <- &NotLeaderError{GroupID: g.id, Leader: g.rn.BasicStatus().Lead}
 			continue
 		}
+		r.issued, r.leaseGen = g.e.now(), g.leaseGen
 		g.rn.ReadIndex(r.ctx)
 		g.reads = append(g.reads, r)
 	}
 	for _, to := range in.transfers {
 		g.rn.TransferLeader(to)
 	}
+	g.checkTransfer()
 	for _, ch := range in.progress {
 		ch <- g.fullStatus()
 	}
@@ -289,6 +306,9 @@ func (g *group) step(env Envelope) {
 	m := env.Message
 	if !env.Quiesce && m.GetType() != raftpb.MessageType_MsgHeartbeatResp {
 		g.unquiesce()
+	}
+	if g.refusesVote(m) {
+		return
 	}
 	if err := g.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 		g.e.log.Debug("step failed", "group", g.id, "type", m.GetType().String(), "err", err)
@@ -474,6 +494,7 @@ func (g *group) matchProposals(entries []*raftpb.Entry) {
 func (g *group) onSoftState(ss *raft.SoftState) {
 	wasLeader := g.isLeader()
 	if ss.Lead != g.leader {
+		g.endLease()
 		g.leader = ss.Lead
 		g.e.metrics.leaderChanges.Add(1)
 		if g.isLeader() {
@@ -596,6 +617,7 @@ func (g *group) apply(b *pebble.Batch, entries []*raftpb.Entry) error {
 				cc = &v2
 			}
 			g.confState = g.rn.ApplyConfChange(cc)
+			g.endLease()
 			confChanged = true
 			r.node, r.id, _ = entryProposal(e)
 		}
@@ -673,6 +695,7 @@ func (g *group) completeReads() {
 	kept := g.reads[:0]
 	for _, r := range g.reads {
 		if r.index != 0 && r.index <= g.applied {
+			g.extendLease(r)
 			r.done <- nil
 		} else {
 			kept = append(kept, r)
@@ -687,6 +710,7 @@ func (g *group) completeReads() {
 func (g *group) fail(err error) {
 	g.e.log.Error("group failed; stopping its replica", "group", g.id, "err", err)
 	g.stopped.Store(true)
+	g.endLease()
 	for _, p := range g.proposals {
 		p.finish(nil, fmt.Errorf("group %d: %w: %v", g.id, ErrStopped, err))
 	}

@@ -121,6 +121,9 @@ type testCluster struct {
 	// inject faults or delays); crashes still clone the MemFS underneath.
 	wrapFS func(id uint64, fs vfs.FS) vfs.FS
 	logger *slog.Logger
+	// leaseHook, if set, is installed in every engine started (see
+	// Engine.leaseHook).
+	leaseHook *func()
 }
 
 func newTestCluster(t *testing.T, n int, tune func(*Config)) *testCluster {
@@ -128,21 +131,33 @@ func newTestCluster(t *testing.T, n int, tune func(*Config)) *testCluster {
 	return newTestClusterFS(t, n, tune, nil)
 }
 
+// newTestClusterHooked is newTestCluster with a lease hook in every engine.
+func newTestClusterHooked(t *testing.T, n int, tune func(*Config), leaseHook *func()) *testCluster {
+	t.Helper()
+	return newTestClusterWith(t, n, tune, nil, leaseHook)
+}
+
 func newTestClusterFS(t *testing.T, n int, tune func(*Config), wrapFS func(id uint64, fs vfs.FS) vfs.FS) *testCluster {
+	t.Helper()
+	return newTestClusterWith(t, n, tune, wrapFS, nil)
+}
+
+func newTestClusterWith(t *testing.T, n int, tune func(*Config), wrapFS func(id uint64, fs vfs.FS) vfs.FS, leaseHook *func()) *testCluster {
 	t.Helper()
 	level := slog.LevelWarn
 	if os.Getenv("ARBOR_TEST_DEBUG") != "" {
 		level = slog.LevelDebug
 	}
 	c := &testCluster{
-		t:       t,
-		net:     NewLocalNetwork(uint64(time.Now().UnixNano())),
-		fs:      map[uint64]*vfs.MemFS{},
-		stores:  map[uint64]*Store{},
-		engines: map[uint64]*Engine{},
-		tune:    tune,
-		wrapFS:  wrapFS,
-		logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		t:         t,
+		net:       NewLocalNetwork(uint64(time.Now().UnixNano())),
+		fs:        map[uint64]*vfs.MemFS{},
+		stores:    map[uint64]*Store{},
+		engines:   map[uint64]*Engine{},
+		tune:      tune,
+		wrapFS:    wrapFS,
+		leaseHook: leaseHook,
+		logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	}
 	for i := 1; i <= n; i++ {
 		c.addNode(uint64(i))
@@ -181,6 +196,9 @@ func (c *testCluster) start(id uint64) {
 	e, err := Open(cfg)
 	if err != nil {
 		c.t.Fatalf("open engine %d: %v", id, err)
+	}
+	if c.leaseHook != nil {
+		e.leaseHook.Store(c.leaseHook)
 	}
 	if err := e.Start(); err != nil {
 		c.t.Fatalf("start engine %d: %v", id, err)

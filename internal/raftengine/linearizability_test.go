@@ -73,7 +73,9 @@ var counterModel = porcupine.NondeterministicModel{
 
 // TestLinearizableUnderFaults runs concurrent increments and reads against
 // two groups while the network drops, duplicates and delays messages, and a
-// nemesis partitions nodes, crashes and restarts them and moves leadership.
+// nemesis partitions nodes, crashes and restarts them and moves leadership;
+// leaders answering from their leases are paused now and then, and nodes'
+// rounds stall.
 // The history must be linearizable and the replicas must converge.
 func TestLinearizableUnderFaults(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
@@ -91,8 +93,33 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		// the speed of the machine.
 		minFaults = 12
 	)
-	c := newTestCluster(t, 3, func(cfg *Config) { cfg.LogRetainEntries = 64 })
+	c := &testCluster{}
+	// A leader that finds its lease valid is sometimes paused before it
+	// answers, longer than an election timeout, as a stopped process
+	// would be.
+	var pauses atomic.Int64
+	var pauseMu sync.Mutex
+	pauseRng := rand.New(rand.NewPCG(seed, 7))
+	pause := func() {
+		pauseMu.Lock()
+		d := time.Duration(0)
+		if pauseRng.IntN(40) == 0 {
+			d = time.Duration(50+pauseRng.IntN(300)) * time.Millisecond
+		}
+		pauseMu.Unlock()
+		if d > 0 {
+			pauses.Add(1)
+			time.Sleep(d)
+		}
+	}
+	c = newTestClusterHooked(t, 3, func(cfg *Config) { cfg.LogRetainEntries = 64 }, &pause)
 	c.net.SetFaults(0.05, 0.05, 5*time.Millisecond)
+	var leaseReads atomic.Uint64
+	countLeaseReads := func(e *Engine) {
+		if e != nil {
+			leaseReads.Add(e.Metrics().LeaseReads)
+		}
+	}
 	for gid := uint64(1); gid <= groups; gid++ {
 		c.createGroup(gid, 1, 2, 3)
 	}
@@ -147,13 +174,14 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		faults++
 		time.Sleep(time.Duration(100+nemesis.IntN(200)) * time.Millisecond)
 		victim := uint64(1 + nemesis.IntN(3))
-		switch nemesis.IntN(4) {
+		switch nemesis.IntN(5) {
 		case 0:
 			c.net.Isolate(victim, c.ids...)
 			time.Sleep(300 * time.Millisecond)
 			c.net.Heal()
 		case 1:
 			engMu.Lock()
+			countLeaseReads(c.engines[victim])
 			c.crash(victim)
 			engMu.Unlock()
 			time.Sleep(200 * time.Millisecond)
@@ -168,6 +196,17 @@ func TestLinearizableUnderFaults(t *testing.T) {
 			}
 		case 3:
 			// quiet period
+		case 4:
+			// A stalled node (a disk that stops answering): its rounds
+			// stop, so it neither steps down nor hears of a new leader,
+			// while reads still reach it.
+			stall := time.Duration(200+nemesis.IntN(300)) * time.Millisecond
+			if e := engine(victim); e != nil {
+				var once sync.Once
+				hook := func(bool) { once.Do(func() { time.Sleep(stall) }) }
+				e.roundHook.Store(&hook)
+			}
+			time.Sleep(stall)
 		}
 	}
 	done.Store(true)
@@ -190,7 +229,14 @@ func TestLinearizableUnderFaults(t *testing.T) {
 			unknown++
 		}
 	}
-	t.Logf("%d operations linearizable (%d with unknown outcome) under %d nemesis actions", len(history), unknown, faults)
+	for _, e := range c.engines {
+		countLeaseReads(e)
+	}
+	t.Logf("%d operations linearizable (%d with unknown outcome) under %d nemesis actions; %d reads from leases, %d leaders paused after their lease check",
+		len(history), unknown, faults, leaseReads.Load(), pauses.Load())
+	if leaseReads.Load() == 0 {
+		t.Error("no read was answered from a lease")
+	}
 
 	// Every replica converges on the same counters.
 	for gid := uint64(1); gid <= groups; gid++ {

@@ -65,4 +65,7 @@ type Metrics struct {
 	SnapshotsSent, SnapshotsApplied, SnapshotBytesSent uint64
 	// LeaderChanges counts leader changes observed by local replicas.
 	LeaderChanges uint64
+	// LeaseReads counts reads answered from a leader's lease, ReadRounds
+	// those that took (or renewed the lease with) a heartbeat round.
+	LeaseReads, ReadRounds uint64
 }

@@ -421,6 +421,8 @@ var engineMetrics = func() []engineMetric {
 		def("snapshots_applied_total", "Snapshots installed locally.", c, func(m raftengine.Metrics) float64 { return float64(m.SnapshotsApplied) }),
 		def("snapshot_bytes_sent_total", "Payload bytes of snapshots sent.", c, func(m raftengine.Metrics) float64 { return float64(m.SnapshotBytesSent) }),
 		def("leader_changes_total", "Leader changes seen by local replicas.", c, func(m raftengine.Metrics) float64 { return float64(m.LeaderChanges) }),
+		def("lease_reads_total", "Linearizable reads answered from a leader's lease, without a heartbeat round.", c, func(m raftengine.Metrics) float64 { return float64(m.LeaseReads) }),
+		def("read_rounds_total", "Linearizable reads (and lease renewals) that took a heartbeat round.", c, func(m raftengine.Metrics) float64 { return float64(m.ReadRounds) }),
 	}
 }()
 
