@@ -200,8 +200,53 @@ func seqWriteRead(b *testing.B, dir string, size int) (write, read float64) {
 	return write, read
 }
 
+// blobPutGet stores a local file of size bytes (the sequential pattern)
+// with `arbor blob put`, drops the page cache, fetches it back with `arbor
+// blob get` into a local file (unsynced: page cache), and returns both rates in bytes per second.
+func blobPutGet(b *testing.B, c *devcluster.Cluster, dir string, size int) (put, get float64) {
+	b.Helper()
+	p := filepath.Join(dir, "blob-src")
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	f, err := os.Create(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for off := 0; off < size; off += len(buf) {
+		if _, err := f.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+	defer os.Remove(p)
+	bin := devclustertest.Binary(b)
+	start := time.Now()
+	out, err := exec.Command(bin, "blob", "put", p, "--dir", c.Dir(), "--progress", "never").Output()
+	if err != nil {
+		b.Fatalf("arbor blob put: %v", err)
+	}
+	put = float64(size) / time.Since(start).Seconds()
+	id := strings.TrimSpace(string(out))
+	dropCaches()
+	start = time.Now()
+	dst := filepath.Join(dir, "blob-dst")
+	defer os.Remove(dst)
+	if out, err := exec.Command(bin, "blob", "get", id, dst, "--dir", c.Dir(), "--progress", "never").CombinedOutput(); err != nil {
+		b.Fatalf("arbor blob get: %v\n%s", err, out)
+	}
+	get = float64(size) / time.Since(start).Seconds()
+	if out, err := exec.Command(bin, "blob", "rm", id, "--dir", c.Dir()).CombinedOutput(); err != nil {
+		b.Fatalf("arbor blob rm: %v\n%s", err, out)
+	}
+	return put, get
+}
+
 func BenchmarkFS(b *testing.B) {
-	_, mnt := startFSMount(b)
+	cluster, mnt := startFSMount(b)
 	local := b.TempDir()
 	b.Run("mdtest", func(b *testing.B) {
 		for _, workers := range []int{1, 16} {
@@ -229,11 +274,18 @@ func BenchmarkFS(b *testing.B) {
 		}
 	})
 	b.Run("seq1GiB", func(b *testing.B) {
-		var w, r, lw, lr float64
+		var w, r, lw, lr, bw, br float64
 		for i := 0; i < b.N; i++ {
 			w, r = seqWriteRead(b, mnt, fsSeqBytes)
 			lw, lr = seqWriteRead(b, local, fsSeqBytes)
+			bw, br = blobPutGet(b, cluster, local, fsSeqBytes)
 		}
+		// Issue 11's reference for the FUSE data path: the same bytes
+		// through the blob CLI (tract store, no FUSE) in the same run.
+		b.ReportMetric(bw/(1<<20), "blob-put-MiB/s")
+		b.ReportMetric(br/(1<<20), "blob-get-MiB/s")
+		b.ReportMetric(w/bw, "write-vs-blob")
+		b.ReportMetric(r/br, "read-vs-blob")
 		b.ReportMetric(w/(1<<20), "write-MiB/s")
 		b.ReportMetric(r/(1<<20), "read-MiB/s")
 		b.ReportMetric(lw/(1<<20), "disk-write-MiB/s")

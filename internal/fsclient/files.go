@@ -50,6 +50,12 @@ type file struct {
 	state    fs.FileState
 	blocks   map[uint64]fs.BlockRef
 	complete bool
+
+	// Read-ahead, under raMu: where the reads of a sequential stream
+	// have got to, and how far ahead of it tracts have been asked for.
+	raMu     sync.Mutex
+	raLast   uint64
+	raIssued uint64
 }
 
 // setState records the file's committed state (under cacheMu); a new blob
@@ -862,25 +868,56 @@ func (f *FS) readOnce(ctx context.Context, st *file, off uint64, dest []byte) (i
 			}
 		}
 	}
-	// Read ahead the next block if this read ends in the last block.
-	if last := starts[len(starts)-1]; off+n == last+sizes[len(sizes)-1] && off+n < size {
-		f.prefetch(st, off+n)
-	}
+	f.readAhead(st, off, off+n, size)
 	return int(n), nil
 }
 
-// prefetch loads the tract of the block at off into the cache in the
-// background.
-func (f *FS) prefetch(st *file, off uint64) {
+// readAhead keeps the next readAheadTracts tracts' worth of a file read
+// sequentially loading in the background, so that a stream of reads
+// finds them cached: one tract at a time would leave the stream waiting
+// a tract read per tract. The kernel's own read-ahead sends reads out of
+// order within a window, so a read counts as sequential if it starts
+// near where the stream has got to (a file's first read, at its start,
+// does); any other read starts a new stream.
+func (f *FS) readAhead(st *file, off, end, size uint64) {
+	st.raMu.Lock()
+	if off+readAheadSlack < st.raLast || off > st.raLast+readAheadSlack {
+		// A jump: a new stream, read ahead once a next read follows it
+		// (a random reader gets no tracts it did not ask for).
+		st.raLast, st.raIssued = end, end
+		st.raMu.Unlock()
+		return
+	}
+	st.raLast = max(st.raLast, end)
+	from := max(st.raLast, st.raIssued)
+	limit := min(size, st.raLast+readAheadTracts*uint64(f.tractSize))
+	// Ask only once a block starts in the window's new part: the block
+	// holding from was asked for with the part before.
+	next, bsize := fs.BlockAt(from, f.tractSize)
+	if next < from {
+		next += bsize
+	}
+	if next >= limit {
+		st.raMu.Unlock()
+		return
+	}
+	st.raIssued = limit
+	st.raMu.Unlock()
+	f.stats.ReadAheads.Add(1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), prefetchTimeout)
 		defer cancel()
-		s, _ := fs.BlockAt(off, f.tractSize)
-		state, refs, err := f.blockRefs(ctx, st, []uint64{s})
-		if err != nil || !refs[0].Found || refs[0].Inline != nil {
+		starts, _ := fs.BlocksIn(next, limit-next, f.tractSize)
+		state, refs, err := f.blockRefs(ctx, st, starts)
+		if err != nil {
 			return
 		}
-		_, _ = f.readTract(ctx, state.Blob, refs[0].Tract)
+		_ = fs.Parallel(ctx, len(refs), maxParallelTracts, func(ctx context.Context, i int) error {
+			if refs[i].Found && refs[i].Inline == nil {
+				_, _ = f.readTract(ctx, state.Blob, refs[i].Tract)
+			}
+			return nil
+		})
 	}()
 }
 

@@ -38,7 +38,7 @@ type FSConfig struct {
 
 // Defaults of FSConfig.
 const (
-	defaultMaxDirtyBytesPerFile = 64 << 20
+	defaultMaxDirtyBytesPerFile = 128 << 20
 	defaultMaxDirtyBytes        = 256 << 20
 	defaultTractCacheBytes      = 128 << 20
 	// maxFlushAttempts bounds how often a flush starts again after another
@@ -49,9 +49,15 @@ const (
 	maxStaleReads = 4
 	// maxParallelTracts bounds the tract reads or writes one call has in
 	// flight.
-	maxParallelTracts = 16
+	maxParallelTracts = 32
 	// prefetchTimeout bounds a read-ahead.
 	prefetchTimeout = 30 * time.Second
+	// readAheadTracts is how many tracts' worth past a sequential stream
+	// of reads is loaded ahead (of 4 MiB: a quarter of the default tract
+	// cache); readAheadSlack how far from the stream's end a read may
+	// start and still belong to it.
+	readAheadTracts = 8
+	readAheadSlack  = 4 << 20
 )
 
 // FS is one client's view of one file system (DESIGN.md §2.6 and §2.7): the
@@ -90,6 +96,8 @@ type FS struct {
 // Stats counts what an FS did (fields only grow).
 type Stats struct {
 	Flushes, TractWrites, TractReads, TractFrees, StaleReads atomic.Int64
+	// ReadAheads counts read-ahead windows started.
+	ReadAheads atomic.Int64
 	// InlineCommits counts flushes of small files whose bytes went into
 	// the metadata.
 	InlineCommits atomic.Int64

@@ -262,3 +262,62 @@ func TestOpenFileOutlivesItsName(t *testing.T) {
 		t.Fatalf("after the last close: %d blobs, %d tracts", blobs, tracts)
 	}
 }
+
+// TestReadAhead: a file read front to back in small pieces has its next
+// tracts loaded ahead, each once; a read far from the stream's end does
+// not extend it; and every byte reads back right.
+func TestReadAhead(t *testing.T) {
+	ctx := context.Background()
+	const tractSize = 64 << 10
+	l := newLocal(t, tractSize)
+	w := l.main
+	a := must[fs.Attr](t)(w.Create(ctx, fs.RootHandle, "f", 0o644, fs.Cred{}))
+	want := make([]byte, 40*tractSize)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range want {
+		want[i] = byte(rng.Uint32())
+	}
+	if _, err := w.Write(ctx, a.Handle, 0, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Release(ctx, a.Handle); err != nil {
+		t.Fatal(err)
+	}
+
+	_, tracts, _ := l.data.Usage()
+	r := l.client(l.engine, 0)
+	h := must[fs.Attr](t)(r.Lookup(ctx, fs.RootHandle, "f")).Handle
+	if _, err := r.Open(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	for off := 0; off < len(want); off += 16 << 10 {
+		if _, err := r.Read(ctx, h, int64(off), got[off:off+16<<10]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("a sequential read returned other bytes than written")
+	}
+	c := r.Counters()
+	if c.ReadAheads.Load() == 0 {
+		t.Fatal("no read-ahead on a sequential read")
+	}
+	// Read-ahead goroutines may still be finishing their loads.
+	deadline := time.Now().Add(5 * time.Second)
+	for c.TractReads.Load() < int64(tracts) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := c.TractReads.Load(); n != int64(tracts) {
+		t.Fatalf("%d tract reads for a file of %d tracts", n, tracts)
+	}
+	before := c.ReadAheads.Load()
+	for _, off := range []int{3 * tractSize, 30 * tractSize, 7 * tractSize} {
+		if _, err := r.Read(ctx, h, int64(off), got[:100]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.ReadAheads.Load() != before {
+		t.Fatal("random reads started a read-ahead")
+	}
+}

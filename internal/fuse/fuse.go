@@ -102,11 +102,14 @@ func New(fsys *fsclient.FS, dir string, opts Options) (*Mount, error) {
 	}
 	gopts := &gofs.Options{
 		MountOptions: gofuse.MountOptions{
-			FsName:               name,
-			Name:                 "arbor",
-			AllowOther:           opts.AllowOther,
-			Options:              mopts,
-			MaxWrite:             maxWrite,
+			FsName:     name,
+			Name:       "arbor",
+			AllowOther: opts.AllowOther,
+			Options:    mopts,
+			MaxWrite:   maxWrite,
+			// The kernel's read-ahead in requests as large as writes: a
+			// sequential read crosses FUSE in 1 MiB pieces, not 128 KiB.
+			MaxReadAhead:         maxWrite,
 			Debug:                opts.Debug,
 			DisableXAttrs:        false,
 			EnableSymlinkCaching: true,
