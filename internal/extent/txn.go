@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	pb "github.com/arbor-storage/arbor/internal/extent/extentpb"
@@ -104,18 +105,24 @@ func (c *Client) expiry(ctx context.Context) int64 {
 // commitAcross is the coordinator of FSS §6's two-phase commit over the
 // extents of parts (in list order), in 2n state transitions:
 //
-//  1. prepare at every extent but the last, head first: each records its
+//  1. prepare at every extent but the last, all at once: each records its
 //     part and its list pointers and locks what its part touches;
-//  2. prepare-and-decide at the last: the commit point;
+//  2. prepare-and-decide at the last, once every prepare succeeded: the
+//     commit point, where the last part is written;
 //  3. decide-and-release at every other extent, head first;
-//  4. release at the last.
+//  4. release at the last, after the caller has its answer (the last
+//     extent holds no lock once decided, only its record): 2n-1 steps on
+//     the critical path, n+1 rounds of them.
 //
-// Before the commit point the extents prepared form a prefix of the list,
-// after it what is not released forms a suffix, so anyone who meets a
-// prepared record can tell which (Recover). A failure before the commit
-// point aborts what was prepared (backwards, keeping a prefix); a failure
-// after it leaves the rest to recovery, in the background or by the next
-// reader.
+// Before the commit point any set of the prepares may have landed, but
+// nothing can commit without the last extent, so whoever meets a prepared
+// record and fences the list forward learns the transaction aborted; a
+// prepare that lands after the fence or abort of its extent finds the
+// tombstone and is refused. After the commit point what is not released
+// forms a suffix, so anyone who meets a prepared record can tell the
+// transaction committed (Recover). A failure before the commit point
+// aborts every part that may have prepared, last first; a failure after
+// it leaves the rest to recovery, in the background or by the next reader.
 func (c *Client) commitAcross(ctx context.Context, parts []part, nElems int) ([]Result, error) {
 	id := randomID()
 	expiry := c.expiry(ctx)
@@ -150,16 +157,42 @@ func (c *Client) commitAcross(ctx context.Context, parts []part, nElems int) ([]
 		return prev, next
 	}
 
+	// The prepares go out together (FSS §6's pipelining): they do not
+	// depend on each other, only the commit point depends on them all.
+	type prepared struct {
+		resp *pb.TxnStepResponse
+		err  error
+	}
+	outs := make([]prepared, n-1)
+	var wg sync.WaitGroup
 	for k := 0; k < n-1; k++ {
 		if crashed(pb.StepKind_STEP_KIND_PREPARE) {
+			// The prepares already sent may land or not: as after a
+			// real crash.
 			return nil, errCoordinatorCrashed
 		}
 		prev, next := link(k)
-		resp, err := c.step(ctx, pb.StepKind_STEP_KIND_PREPARE, parts[k].extent, id, prev, next, expiry, parts[k].elems)
-		if err != nil {
-			return nil, c.abandon(ctx, id, expiry, parts, k, err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := c.step(ctx, pb.StepKind_STEP_KIND_PREPARE, parts[k].extent, id, prev, next, expiry, parts[k].elems)
+			outs[k] = prepared{resp, err}
+		}()
+	}
+	wg.Wait()
+	failed := -1
+	for k, o := range outs {
+		switch {
+		case o.err == nil:
+			put(parts[k], o.resp.Results)
+		case failed < 0 || errors.Is(o.err, ErrAmbiguous) && !errors.Is(outs[failed].err, ErrAmbiguous):
+			// An unknown outcome is the one to report: the caller must
+			// know nothing changed only because the coordinator made sure.
+			failed = k
 		}
-		put(parts[k], resp.Results)
+	}
+	if failed >= 0 {
+		return nil, c.abandon(ctx, id, expiry, parts, failed, outs[failed].err)
 	}
 
 	if crashed(pb.StepKind_STEP_KIND_PREPARE_DECIDE) {
@@ -209,28 +242,34 @@ func (c *Client) commitAcross(ctx context.Context, parts []part, nElems int) ([]
 	if crashed(pb.StepKind_STEP_KIND_RELEASE) {
 		return nil, errCoordinatorCrashed
 	}
-	if _, err := c.step(ctx, pb.StepKind_STEP_KIND_RELEASE, last.extent, id, 0, 0, expiry, nil); err != nil {
-		c.background("release", func(ctx context.Context) error {
-			_, err := c.Recover(ctx, TxnRef{ID: id, Extent: last.extent})
+	c.background("release", func(ctx context.Context) error {
+		if _, err := c.step(ctx, pb.StepKind_STEP_KIND_RELEASE, last.extent, id, 0, 0, expiry, nil); err != nil {
+			_, err = c.Recover(ctx, TxnRef{ID: id, Extent: last.extent})
 			return err
-		})
-	}
+		}
+		return nil
+	})
 	return results, nil
 }
 
-// abandon handles the failure err of the step at parts[k], before the
-// commit point: it aborts what was prepared, last first (so what remains
-// is always a prefix), and returns the error to report. The transaction
-// can no longer commit (no prepare-and-decide was or will be sent), so even
-// an ambiguous step leaves a definite outcome: nothing changed.
+// abandon handles the failure err of the step at parts[k] before the
+// commit point: it aborts every part that may have prepared, last first,
+// and returns the error to report: those before k, and k itself if its
+// step's outcome is unknown; with prepares running together (k < the
+// last), every part but the last. The transaction can no longer commit
+// (no prepare-and-decide was or will be sent), so even an ambiguous step
+// leaves a definite outcome: nothing changed.
 func (c *Client) abandon(ctx context.Context, id uint64, expiry int64, parts []part, k int, err error) error {
 	ambiguous := errors.Is(err, ErrAmbiguous)
-	from := k - 1
-	if ambiguous {
-		from = k // it may have prepared
+	upTo := k // parts[:upTo] may have prepared
+	switch {
+	case k < len(parts)-1:
+		upTo = len(parts) - 1
+	case ambiguous:
+		upTo = k + 1
 	}
-	if from >= 0 {
-		if aerr := c.abortBackward(ctx, id, expiry, parts[:from+1]); aerr != nil {
+	if upTo > 0 {
+		if aerr := c.abortBackward(ctx, id, expiry, parts[:upTo]); aerr != nil {
 			c.background("abort", func(ctx context.Context) error {
 				_, err := c.Recover(ctx, TxnRef{ID: id, Extent: parts[0].extent})
 				return err

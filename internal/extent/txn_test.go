@@ -183,6 +183,14 @@ func TestCommitTakes2nTransitions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("commit over %d extents: %v", n, err)
 		}
+		if s := cl.Steps(); s.Release == steps0.Release && s.DecideRelease-steps0.DecideRelease != uint64(n-1) {
+			t.Fatalf("n=%d: commit returned before its decide-and-release steps: %+v", n, s)
+		}
+		// The last extent's release runs after the answer: wait for it.
+		deadline := time.Now().Add(10 * time.Second)
+		for cl.Steps().Release == steps0.Release && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
 		after := waitStats(t, c, extents)
 		got := after.TxnTransitions() - before.TxnTransitions()
 		steps := cl.Steps()
