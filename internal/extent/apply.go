@@ -522,7 +522,7 @@ func (a *applier) unlock(steps []step) error {
 		if s.kind == KindAllocate || s.kind == KindFree {
 			key = blockLockKey(s.block)
 		}
-		if err := a.w.Delete(key); err != nil {
+		if err := a.w.Set(key, freeLock); err != nil {
 			return err
 		}
 	}

@@ -15,7 +15,9 @@ import (
 //	                        (absent: never allocated, generation 0)
 //	p <page:8>              page: slot:8 then the data (absent: empty, slot 0)
 //	l <page:8>              txn id:8 of the prepared transaction holding the page
+//	                        (0 or absent: free)
 //	k <block:8>             txn id:8 of the prepared transaction holding the block
+//	                        (0 or absent: free)
 //	t <txn:8>               TxnRecord of a cross-extent transaction
 //	x <gc time:8> <txn:8>   tombstone t<txn> may be deleted at gc time (ms)
 var (
@@ -30,6 +32,13 @@ const (
 	prefixTxn       = 't'
 	prefixGC        = 'x'
 )
+
+// freeLock is a released lock's value. A released lock is overwritten,
+// not deleted: a key locked and released over and over would otherwise
+// leave its newest version a deletion, and every point read of it (each
+// prepare and page read checks its locks) would walk all its older
+// versions in the memtable to learn it is absent.
+var freeLock = make([]byte, 8)
 
 func u64Key(prefix byte, v uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte{prefix}, v)

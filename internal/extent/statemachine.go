@@ -222,8 +222,8 @@ func (sm *StateMachine) firstHeldPage(r raftengine.Reader, b uint64) (uint64, er
 	errFound := errors.New("found")
 	err := r.Scan(pageLockKey(first), pageLockKey(first+sm.geo.PagesPerBlock()), func(_, v []byte) error {
 		id, err := decodeTxnID(v)
-		if err != nil {
-			return err
+		if err != nil || id == 0 {
+			return err // a released lock
 		}
 		holder = id
 		return errFound

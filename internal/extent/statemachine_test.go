@@ -335,9 +335,9 @@ func TestTxnStepsOnReplicas(t *testing.T) {
 	if p, code := a.read(pa); code != pb.Code_CODE_OK || string(p.Data) != "A" || p.Slot != slotA {
 		t.Fatalf("aborted write visible: %q %d %v", p.Data, p.Slot, code)
 	}
-	if strings.Count(after, "\n") != strings.Count(before, "\n")+2 {
+	if held(after) != held(before)+2 {
 		t.Fatalf("abort left %d keys more, want the tombstone and its gc entry:\nbefore\n%s\nafter\n%s",
-			strings.Count(after, "\n")-strings.Count(before, "\n"), before, after)
+			held(after)-held(before), before, after)
 	}
 	if p := a.mustCommit(Allocate(ea, 3))[0].Block; p.Page != reserved78.Page || p.Generation != 1 {
 		t.Fatalf("allocation after the aborted reservation took %v, want the block it released, %v", p, reserved78)
@@ -409,4 +409,20 @@ func TestReadOfWrittenDataIsACopy(t *testing.T) {
 	if !bytes.Equal(q.Data, []byte("abc")) {
 		t.Fatalf("read returned shared memory: %q", q.Data)
 	}
+}
+
+// held counts the keys of a dump but released locks (lock keys whose
+// holder is 0, kept so that their reads stay cheap).
+func held(dump string) int {
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(dump), "\n") {
+		if line == "" {
+			continue
+		}
+		if (strings.HasPrefix(line, "6b") || strings.HasPrefix(line, "6c")) && strings.HasSuffix(line, "=0000000000000000") {
+			continue
+		}
+		n++
+	}
+	return n
 }
