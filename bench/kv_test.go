@@ -203,6 +203,31 @@ func BenchmarkKV(b *testing.B) {
 		b.ReportMetric(rtt, "grpc-unary/s")
 		b.ReportMetric(rate/rtt, "ratio-grpc")
 	})
+	// A read-only transaction over three random keys: three leaves,
+	// mostly in different extents, validated together at the end.
+	b.Run(fmt.Sprintf("op=view3/clients=%d", kvBenchClients), func(b *testing.B) {
+		before := tr.Metrics()
+		b.ResetTimer()
+		rate := parallelFor(b, kvBenchClients, b.N, func(r *rand.Rand, _ int) error {
+			return tr.View(context.Background(), func(tx *btree.Txn) error {
+				for range 3 {
+					i := r.IntN(kvBenchKeys)
+					v, ok, err := tx.Get(kvBenchKey(i))
+					if err == nil && (!ok || len(v) != kvBenchValueBytes) {
+						err = fmt.Errorf("key %d: %d bytes, present %v", i, len(v), ok)
+					}
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+		b.StopTimer()
+		after := tr.Metrics()
+		b.ReportMetric(rate, "views/s")
+		b.ReportMetric(float64(after.Retries-before.Retries)/float64(max(b.N, 1)), "retries/op")
+	})
 	b.Run("op=scan", func(b *testing.B) {
 		db := pebbleRef(b, kvBenchKeys)
 		start := time.Now()

@@ -365,6 +365,47 @@ func (c *Client) Commit(ctx context.Context, elems []Element) ([]Result, error) 
 	return c.commitAcross(ctx, parts, len(elems))
 }
 
+// Check validates a read-only transaction: nil if every page elems check
+// (only Check elements) is still at its slot, owned as its pointer says
+// and held by no prepared transaction, else the error a Commit of the
+// same checks would return (ErrConflict, ErrStale, ErrPrepared...). It
+// writes nothing and costs no raft entry: each extent's leader answers
+// from a linearizable read, the extents at once. Checking extents at
+// different moments is enough: every read of the transaction came before
+// every check, and a page's slot only grows, so all the pages held their
+// checked values together at the moment of the last read.
+func (c *Client) Check(ctx context.Context, elems []Element) error {
+	ctx, cancel := c.withDeadline(ctx)
+	defer cancel()
+	parts, err := splitParts(elems)
+	if err != nil {
+		return err
+	}
+	for _, e := range elems {
+		if e.Kind != KindCheck {
+			return newError(ErrInvalid, "check", e.Ptr.Extent, "a check may hold only checks, not element kind %d", e.Kind)
+		}
+	}
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = invoke(ctx, c, "check", p.extent, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.CheckResponse, error) {
+				return cl.Check(ctx, &pb.CheckRequest{ExtentId: p.extent, Elements: p.elems})
+			})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // part is the elements of one extent, with their positions in the
 // caller's list.
 type part struct {

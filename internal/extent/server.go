@@ -70,7 +70,7 @@ type Server struct {
 }
 
 type serverStats struct {
-	reads, commits, steps, forwards, refused, ambiguous atomic.Uint64
+	reads, commits, checks, steps, forwards, refused, ambiguous atomic.Uint64
 }
 
 // NewServer returns the service.
@@ -283,6 +283,36 @@ func (s *Server) Commit(ctx context.Context, req *pb.CommitRequest) (*pb.CommitR
 		}
 		return &pb.CommitResponse{Results: res.Results, Index: res.Index, LeaderId: s.self}, nil
 	})
+}
+
+// Check implements pb.ExtentServer: a read-only transaction's
+// validation, answered by the leader after a linearizable read, with no
+// raft entry.
+func (s *Server) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	sm, leader, err := s.route(req.ExtentId, req.Forwarded)
+	if err != nil {
+		return nil, err
+	}
+	if leader != 0 {
+		return forward(ctx, s, req.ExtentId, leader, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.CheckResponse, error) {
+			fwd := proto.CloneOf(req)
+			fwd.Forwarded = true
+			return cl.Check(ctx, fwd)
+		})
+	}
+	s.stats.checks.Add(1)
+	if err := s.linearize(ctx, req.ExtentId); err != nil {
+		return nil, err
+	}
+	res, err := sm.Check(req.Elements)
+	if err != nil {
+		return nil, statusError(&pb.Error{Code: pb.Code_CODE_UNAVAILABLE, ExtentId: req.ExtentId, Message: err.Error()})
+	}
+	if res.Code != pb.Code_CODE_OK {
+		s.stats.refused.Add(1)
+		return nil, statusError(&pb.Error{Code: res.Code, ExtentId: req.ExtentId, Message: res.Message, Holder: res.Holder})
+	}
+	return &pb.CheckResponse{LeaderId: s.self}, nil
 }
 
 // TxnStep implements pb.ExtentServer: one state transition of a

@@ -318,6 +318,47 @@ func (sm *StateMachine) ReadPage(p Pointer) (Page, *pb.CommandResult, error) {
 	return page, refused, err
 }
 
+// Check answers whether every page elems check is still at its slot,
+// owned as the pointer says and locked by no prepared transaction: a
+// read-only transaction's validation, by the same rules as an MPSC's
+// checks but read (from one consistent state) instead of applied. It is
+// linearizable when called on the leader after ReadIndex. The refusal, if
+// any, is returned as a result; only check elements are allowed.
+func (sm *StateMachine) Check(elems []*pb.Element) (*pb.CommandResult, error) {
+	for i, e := range elems {
+		if _, ok := e.GetOp().(*pb.Element_Check); !ok {
+			return refusal(pb.Code_CODE_INVALID_ARGUMENT, "element %d: a check may hold only checks", i), nil
+		}
+	}
+	var refused *pb.CommandResult
+	err := sm.view(func(r raftengine.Reader) error {
+		meta, err := loadMeta(r)
+		if err != nil {
+			return err
+		}
+		a := &applier{sm: sm, geo: sm.geo, w: readOnlyWriter{r}, meta: meta}
+		if refused = a.validate(elems); refused != nil {
+			return nil
+		}
+		_, _, _, refused, err = a.plan(elems)
+		return err
+	})
+	if err != nil || refused != nil {
+		return refused, err
+	}
+	return &pb.CommandResult{Code: pb.Code_CODE_OK}, nil
+}
+
+// readOnlyWriter lets the applier's checks run over a Reader; planning
+// checks writes nothing.
+type readOnlyWriter struct{ raftengine.Reader }
+
+var errReadOnly = errors.New("extent: write during a read-only check")
+
+func (readOnlyWriter) Set(_, _ []byte) error         { return errReadOnly }
+func (readOnlyWriter) Delete(_ []byte) error         { return errReadOnly }
+func (readOnlyWriter) DeleteRange(_, _ []byte) error { return errReadOnly }
+
 func staleResult(p Pointer, blk blockRec) *pb.CommandResult {
 	if !blk.allocated {
 		return refusal(pb.Code_CODE_STALE, "pointer %v: block is not allocated (generation %d)", p, blk.generation)

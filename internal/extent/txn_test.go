@@ -429,3 +429,69 @@ func TestRepeatedRequestGetsFirstReply(t *testing.T) {
 		t.Fatalf("a new request: %v", err)
 	}
 }
+
+// TestCheckValidatesWithoutRaftEntry: a check-only validation answers like
+// a Commit of the same checks (current slots: nil; a moved slot:
+// ErrConflict; a stale pointer: ErrStale; a page a prepared transaction
+// holds: ErrPrepared; anything but checks: ErrInvalid) across extents,
+// and adds no raft entry to any of them.
+func TestCheckValidatesWithoutRaftEntry(t *testing.T) {
+	c := newTestCluster(t, 3, 5)
+	a, b := c.createExtent(smallGeometry(), 1, 2, 3), c.createExtent(smallGeometry(), 1, 2, 3)
+	cl := c.client(nil)
+	pa, pb_ := allocate(t, cl, a, 1), allocate(t, cl, b, 1)
+	ctx := ctxTimeout(t, 20*time.Second)
+	rs, err := cl.Commit(ctx, []Element{Write(pa, 0, []byte("a")), Write(pb_, 0, []byte("b"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, sb := rs[0].Slot, rs[1].Slot
+	// The commit's last release follows its answer: let it land.
+	retry(t, "no pending transaction at b", 10*time.Second, func(ctx context.Context) (bool, error) {
+		info, err := cl.Info(ctx, b)
+		if err == nil && len(info.Pending) != 0 {
+			err = fmt.Errorf("pending %v", info.Pending)
+		}
+		return true, err
+	})
+	applied := func() uint64 {
+		s := waitStats(t, c, []uint64{a, b})
+		return s.Commits + s.TxnTransitions()
+	}
+	before := applied()
+	if err := cl.Check(ctx, []Element{Check(pa, sa), Check(pb_, sb)}); err != nil {
+		t.Fatalf("check of current slots: %v", err)
+	}
+	if err := cl.Check(ctx, []Element{Check(pa, sa), Check(pb_, sb-1)}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("check of a moved slot: %v, want a conflict", err)
+	}
+	stale := pa
+	stale.Generation++
+	if err := cl.Check(ctx, []Element{Check(stale, sa)}); !errors.Is(err, ErrStale) {
+		t.Fatalf("check of a stale pointer: %v, want stale", err)
+	}
+	if err := cl.Check(ctx, []Element{Write(pa, sa, []byte("x"))}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("check holding a write: %v, want invalid", err)
+	}
+	if after := applied(); after != before {
+		t.Fatalf("checks applied %d commands", after-before)
+	}
+
+	// A prepared transaction holding page a (its coordinator crashed
+	// before the commit point) makes the check refuse with its holder.
+	coord := c.client(nil)
+	coord.hooks.beforeStep = func(step int, _ pb.StepKind) bool { return step == 2 }
+	cctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	_, err = coord.Commit(cctx, []Element{Write(pa, sa, []byte("held")), Write(pb_, sb, []byte("held"))})
+	cancel()
+	if !errors.Is(err, errCoordinatorCrashed) {
+		t.Fatal(err)
+	}
+	retry(t, "page a held", 5*time.Second, func(ctx context.Context) (bool, error) {
+		err := cl.Check(ctx, []Element{Check(pa, sa)})
+		if errors.Is(err, ErrPrepared) {
+			return true, nil
+		}
+		return false, fmt.Errorf("check of a held page: %v, want prepared", err)
+	})
+}

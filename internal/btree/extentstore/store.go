@@ -40,6 +40,7 @@ import (
 type Client interface {
 	ReadPage(ctx context.Context, p extent.Pointer) (extent.Page, error)
 	Commit(ctx context.Context, elems []extent.Element) ([]extent.Result, error)
+	Check(ctx context.Context, elems []extent.Element) error
 	FreeBlocks(ctx context.Context, ext, near uint64, n int) ([]extent.FreeBlock, error)
 	Geometry(ctx context.Context, ext uint64) (extent.Geometry, error)
 	Recover(ctx context.Context, ref extent.TxnRef) (extent.Outcome, error)
@@ -106,12 +107,21 @@ func (s *Store) Commit(ctx context.Context, ops []btree.Op) ([]uint64, error) {
 			return nil, fmt.Errorf("%w: op %d: unknown kind %v", btree.ErrInvalid, i, op.Kind)
 		}
 	}
+	var ref btree.PageRef
+	if len(ops) > 0 {
+		ref = ops[0].Ref
+	}
+	if onlyChecks(ops) {
+		// A read-only transaction's validation: answered by the extents'
+		// leaders from linearizable reads, no raft entry, no outcome to
+		// lose.
+		if err := s.c.Check(ctx, elems); err != nil {
+			return nil, mapError(err, ref, false)
+		}
+		return make([]uint64, len(ops)), nil
+	}
 	res, err := s.c.Commit(ctx, elems)
 	if err != nil {
-		var ref btree.PageRef
-		if len(ops) > 0 {
-			ref = ops[0].Ref
-		}
 		return nil, mapError(err, ref, true)
 	}
 	slots := make([]uint64, len(ops))
@@ -155,6 +165,15 @@ func (s *Store) Resolve(ctx context.Context, txn btree.PreparedTxn) error {
 		return mapError(err, btree.PageRef{Extent: txn.Extent}, false)
 	}
 	return nil
+}
+
+func onlyChecks(ops []btree.Op) bool {
+	for _, op := range ops {
+		if op.Kind != btree.OpCheck {
+			return false
+		}
+	}
+	return len(ops) > 0
 }
 
 // mapError turns an extent client error into the B-tree's kinds. A context

@@ -1780,6 +1780,113 @@ func (x *CommitRequest) GetForwarded() bool {
 	return false
 }
 
+// CheckRequest asks whether pages are still at the slots a read-only
+// transaction read them at, unlocked: its validation, without a raft entry
+// (the leader answers from a linearizable read). Only check elements.
+type CheckRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ExtentId      uint64                 `protobuf:"varint,1,opt,name=extent_id,json=extentId,proto3" json:"extent_id,omitempty"`
+	Elements      []*Element             `protobuf:"bytes,2,rep,name=elements,proto3" json:"elements,omitempty"`
+	Forwarded     bool                   `protobuf:"varint,3,opt,name=forwarded,proto3" json:"forwarded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckRequest) Reset() {
+	*x = CheckRequest{}
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckRequest) ProtoMessage() {}
+
+func (x *CheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
+func (*CheckRequest) Descriptor() ([]byte, []int) {
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *CheckRequest) GetExtentId() uint64 {
+	if x != nil {
+		return x.ExtentId
+	}
+	return 0
+}
+
+func (x *CheckRequest) GetElements() []*Element {
+	if x != nil {
+		return x.Elements
+	}
+	return nil
+}
+
+func (x *CheckRequest) GetForwarded() bool {
+	if x != nil {
+		return x.Forwarded
+	}
+	return false
+}
+
+type CheckResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaderId      uint64                 `protobuf:"varint,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckResponse) Reset() {
+	*x = CheckResponse{}
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckResponse) ProtoMessage() {}
+
+func (x *CheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
+func (*CheckResponse) Descriptor() ([]byte, []int) {
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CheckResponse) GetLeaderId() uint64 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
 type CommitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*ElementResult       `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -1791,7 +1898,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[20]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +1910,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[20]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +1923,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{20}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CommitResponse) GetResults() []*ElementResult {
@@ -1857,7 +1964,7 @@ type TxnStepRequest struct {
 
 func (x *TxnStepRequest) Reset() {
 	*x = TxnStepRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[21]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +1976,7 @@ func (x *TxnStepRequest) String() string {
 func (*TxnStepRequest) ProtoMessage() {}
 
 func (x *TxnStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[21]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +1989,7 @@ func (x *TxnStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnStepRequest.ProtoReflect.Descriptor instead.
 func (*TxnStepRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{21}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TxnStepRequest) GetExtentId() uint64 {
@@ -1960,7 +2067,7 @@ type TxnStepResponse struct {
 
 func (x *TxnStepResponse) Reset() {
 	*x = TxnStepResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[22]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2079,7 @@ func (x *TxnStepResponse) String() string {
 func (*TxnStepResponse) ProtoMessage() {}
 
 func (x *TxnStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[22]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2092,7 @@ func (x *TxnStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnStepResponse.ProtoReflect.Descriptor instead.
 func (*TxnStepResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{22}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TxnStepResponse) GetRecord() *TxnRecord {
@@ -2027,7 +2134,7 @@ type QueryTxnRequest struct {
 
 func (x *QueryTxnRequest) Reset() {
 	*x = QueryTxnRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[23]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2146,7 @@ func (x *QueryTxnRequest) String() string {
 func (*QueryTxnRequest) ProtoMessage() {}
 
 func (x *QueryTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[23]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2159,7 @@ func (x *QueryTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryTxnRequest.ProtoReflect.Descriptor instead.
 func (*QueryTxnRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{23}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueryTxnRequest) GetExtentId() uint64 {
@@ -2086,7 +2193,7 @@ type QueryTxnResponse struct {
 
 func (x *QueryTxnResponse) Reset() {
 	*x = QueryTxnResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[24]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2205,7 @@ func (x *QueryTxnResponse) String() string {
 func (*QueryTxnResponse) ProtoMessage() {}
 
 func (x *QueryTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[24]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2218,7 @@ func (x *QueryTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryTxnResponse.ProtoReflect.Descriptor instead.
 func (*QueryTxnResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{24}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueryTxnResponse) GetRecord() *TxnRecord {
@@ -2141,7 +2248,7 @@ type FreeBlocksRequest struct {
 
 func (x *FreeBlocksRequest) Reset() {
 	*x = FreeBlocksRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[25]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2260,7 @@ func (x *FreeBlocksRequest) String() string {
 func (*FreeBlocksRequest) ProtoMessage() {}
 
 func (x *FreeBlocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[25]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2273,7 @@ func (x *FreeBlocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeBlocksRequest.ProtoReflect.Descriptor instead.
 func (*FreeBlocksRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{25}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FreeBlocksRequest) GetExtentId() uint64 {
@@ -2208,7 +2315,7 @@ type FreeBlock struct {
 
 func (x *FreeBlock) Reset() {
 	*x = FreeBlock{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[26]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2327,7 @@ func (x *FreeBlock) String() string {
 func (*FreeBlock) ProtoMessage() {}
 
 func (x *FreeBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[26]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2340,7 @@ func (x *FreeBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeBlock.ProtoReflect.Descriptor instead.
 func (*FreeBlock) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{26}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FreeBlock) GetPage() uint64 {
@@ -2260,7 +2367,7 @@ type FreeBlocksResponse struct {
 
 func (x *FreeBlocksResponse) Reset() {
 	*x = FreeBlocksResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[27]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2379,7 @@ func (x *FreeBlocksResponse) String() string {
 func (*FreeBlocksResponse) ProtoMessage() {}
 
 func (x *FreeBlocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[27]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2392,7 @@ func (x *FreeBlocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeBlocksResponse.ProtoReflect.Descriptor instead.
 func (*FreeBlocksResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{27}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FreeBlocksResponse) GetBlocks() []*FreeBlock {
@@ -2312,7 +2419,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[28]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2431,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[28]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2444,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{28}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *InfoRequest) GetExtentId() uint64 {
@@ -2372,7 +2479,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[29]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2491,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[29]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2504,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{29}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *InfoResponse) GetExtentId() uint64 {
@@ -2469,7 +2576,7 @@ type CreateReplicaRequest struct {
 
 func (x *CreateReplicaRequest) Reset() {
 	*x = CreateReplicaRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[30]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +2588,7 @@ func (x *CreateReplicaRequest) String() string {
 func (*CreateReplicaRequest) ProtoMessage() {}
 
 func (x *CreateReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[30]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,7 +2601,7 @@ func (x *CreateReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CreateReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{30}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateReplicaRequest) GetExtentId() uint64 {
@@ -2528,7 +2635,7 @@ type CreateReplicaResponse struct {
 
 func (x *CreateReplicaResponse) Reset() {
 	*x = CreateReplicaResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[31]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2647,7 @@ func (x *CreateReplicaResponse) String() string {
 func (*CreateReplicaResponse) ProtoMessage() {}
 
 func (x *CreateReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[31]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2660,7 @@ func (x *CreateReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateReplicaResponse.ProtoReflect.Descriptor instead.
 func (*CreateReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{31}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateReplicaResponse) GetExisted() bool {
@@ -2574,7 +2681,7 @@ type ChangeReplicasRequest struct {
 
 func (x *ChangeReplicasRequest) Reset() {
 	*x = ChangeReplicasRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[32]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2693,7 @@ func (x *ChangeReplicasRequest) String() string {
 func (*ChangeReplicasRequest) ProtoMessage() {}
 
 func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[32]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2706,7 @@ func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasRequest.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{32}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ChangeReplicasRequest) GetExtentId() uint64 {
@@ -2631,7 +2738,7 @@ type ChangeReplicasResponse struct {
 
 func (x *ChangeReplicasResponse) Reset() {
 	*x = ChangeReplicasResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[33]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2750,7 @@ func (x *ChangeReplicasResponse) String() string {
 func (*ChangeReplicasResponse) ProtoMessage() {}
 
 func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[33]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2763,7 @@ func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasResponse.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{33}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{35}
 }
 
 type ReplicaStatusRequest struct {
@@ -2670,7 +2777,7 @@ type ReplicaStatusRequest struct {
 
 func (x *ReplicaStatusRequest) Reset() {
 	*x = ReplicaStatusRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[34]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +2789,7 @@ func (x *ReplicaStatusRequest) String() string {
 func (*ReplicaStatusRequest) ProtoMessage() {}
 
 func (x *ReplicaStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[34]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +2802,7 @@ func (x *ReplicaStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaStatusRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{34}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReplicaStatusRequest) GetExtentId() uint64 {
@@ -2724,7 +2831,7 @@ type ReplicaProgress struct {
 
 func (x *ReplicaProgress) Reset() {
 	*x = ReplicaProgress{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[35]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +2843,7 @@ func (x *ReplicaProgress) String() string {
 func (*ReplicaProgress) ProtoMessage() {}
 
 func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[35]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +2856,7 @@ func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaProgress.ProtoReflect.Descriptor instead.
 func (*ReplicaProgress) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{35}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReplicaProgress) GetNodeId() uint64 {
@@ -2799,7 +2906,7 @@ type ReplicaStatusResponse struct {
 
 func (x *ReplicaStatusResponse) Reset() {
 	*x = ReplicaStatusResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[36]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +2918,7 @@ func (x *ReplicaStatusResponse) String() string {
 func (*ReplicaStatusResponse) ProtoMessage() {}
 
 func (x *ReplicaStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[36]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +2931,7 @@ func (x *ReplicaStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaStatusResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{36}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReplicaStatusResponse) GetExists() bool {
@@ -3010,7 +3117,13 @@ const file_internal_extent_extentpb_extent_proto_rawDesc = "" +
 	"\belements\x18\x02 \x03(\v2\x18.arbor.extent.v1.ElementR\belements\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x03 \x01(\x04R\trequestId\x12\x1c\n" +
-	"\tforwarded\x18\x04 \x01(\bR\tforwarded\"}\n" +
+	"\tforwarded\x18\x04 \x01(\bR\tforwarded\"\x7f\n" +
+	"\fCheckRequest\x12\x1b\n" +
+	"\textent_id\x18\x01 \x01(\x04R\bextentId\x124\n" +
+	"\belements\x18\x02 \x03(\v2\x18.arbor.extent.v1.ElementR\belements\x12\x1c\n" +
+	"\tforwarded\x18\x03 \x01(\bR\tforwarded\",\n" +
+	"\rCheckResponse\x12\x1b\n" +
+	"\tleader_id\x18\x01 \x01(\x04R\bleaderId\"}\n" +
 	"\x0eCommitResponse\x128\n" +
 	"\aresults\x18\x01 \x03(\v2\x1e.arbor.extent.v1.ElementResultR\aresults\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x1b\n" +
@@ -3129,10 +3242,11 @@ const file_internal_extent_extentpb_extent_proto_rawDesc = "" +
 	"\x19MEMBERSHIP_OP_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19MEMBERSHIP_OP_ADD_LEARNER\x10\x01\x12\x1b\n" +
 	"\x17MEMBERSHIP_OP_ADD_VOTER\x10\x02\x12\x18\n" +
-	"\x14MEMBERSHIP_OP_REMOVE\x10\x032\xf6\x05\n" +
+	"\x14MEMBERSHIP_OP_REMOVE\x10\x032\xbe\x06\n" +
 	"\x06Extent\x12C\n" +
 	"\x04Read\x12\x1c.arbor.extent.v1.ReadRequest\x1a\x1d.arbor.extent.v1.ReadResponse\x12I\n" +
-	"\x06Commit\x12\x1e.arbor.extent.v1.CommitRequest\x1a\x1f.arbor.extent.v1.CommitResponse\x12L\n" +
+	"\x06Commit\x12\x1e.arbor.extent.v1.CommitRequest\x1a\x1f.arbor.extent.v1.CommitResponse\x12F\n" +
+	"\x05Check\x12\x1d.arbor.extent.v1.CheckRequest\x1a\x1e.arbor.extent.v1.CheckResponse\x12L\n" +
 	"\aTxnStep\x12\x1f.arbor.extent.v1.TxnStepRequest\x1a .arbor.extent.v1.TxnStepResponse\x12O\n" +
 	"\bQueryTxn\x12 .arbor.extent.v1.QueryTxnRequest\x1a!.arbor.extent.v1.QueryTxnResponse\x12U\n" +
 	"\n" +
@@ -3155,7 +3269,7 @@ func file_internal_extent_extentpb_extent_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_extent_extentpb_extent_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_extent_extentpb_extent_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_internal_extent_extentpb_extent_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_internal_extent_extentpb_extent_proto_goTypes = []any{
 	(TxnState)(0),                  // 0: arbor.extent.v1.TxnState
 	(Code)(0),                      // 1: arbor.extent.v1.Code
@@ -3181,23 +3295,25 @@ var file_internal_extent_extentpb_extent_proto_goTypes = []any{
 	(*ReadRequest)(nil),            // 21: arbor.extent.v1.ReadRequest
 	(*ReadResponse)(nil),           // 22: arbor.extent.v1.ReadResponse
 	(*CommitRequest)(nil),          // 23: arbor.extent.v1.CommitRequest
-	(*CommitResponse)(nil),         // 24: arbor.extent.v1.CommitResponse
-	(*TxnStepRequest)(nil),         // 25: arbor.extent.v1.TxnStepRequest
-	(*TxnStepResponse)(nil),        // 26: arbor.extent.v1.TxnStepResponse
-	(*QueryTxnRequest)(nil),        // 27: arbor.extent.v1.QueryTxnRequest
-	(*QueryTxnResponse)(nil),       // 28: arbor.extent.v1.QueryTxnResponse
-	(*FreeBlocksRequest)(nil),      // 29: arbor.extent.v1.FreeBlocksRequest
-	(*FreeBlock)(nil),              // 30: arbor.extent.v1.FreeBlock
-	(*FreeBlocksResponse)(nil),     // 31: arbor.extent.v1.FreeBlocksResponse
-	(*InfoRequest)(nil),            // 32: arbor.extent.v1.InfoRequest
-	(*InfoResponse)(nil),           // 33: arbor.extent.v1.InfoResponse
-	(*CreateReplicaRequest)(nil),   // 34: arbor.extent.v1.CreateReplicaRequest
-	(*CreateReplicaResponse)(nil),  // 35: arbor.extent.v1.CreateReplicaResponse
-	(*ChangeReplicasRequest)(nil),  // 36: arbor.extent.v1.ChangeReplicasRequest
-	(*ChangeReplicasResponse)(nil), // 37: arbor.extent.v1.ChangeReplicasResponse
-	(*ReplicaStatusRequest)(nil),   // 38: arbor.extent.v1.ReplicaStatusRequest
-	(*ReplicaProgress)(nil),        // 39: arbor.extent.v1.ReplicaProgress
-	(*ReplicaStatusResponse)(nil),  // 40: arbor.extent.v1.ReplicaStatusResponse
+	(*CheckRequest)(nil),           // 24: arbor.extent.v1.CheckRequest
+	(*CheckResponse)(nil),          // 25: arbor.extent.v1.CheckResponse
+	(*CommitResponse)(nil),         // 26: arbor.extent.v1.CommitResponse
+	(*TxnStepRequest)(nil),         // 27: arbor.extent.v1.TxnStepRequest
+	(*TxnStepResponse)(nil),        // 28: arbor.extent.v1.TxnStepResponse
+	(*QueryTxnRequest)(nil),        // 29: arbor.extent.v1.QueryTxnRequest
+	(*QueryTxnResponse)(nil),       // 30: arbor.extent.v1.QueryTxnResponse
+	(*FreeBlocksRequest)(nil),      // 31: arbor.extent.v1.FreeBlocksRequest
+	(*FreeBlock)(nil),              // 32: arbor.extent.v1.FreeBlock
+	(*FreeBlocksResponse)(nil),     // 33: arbor.extent.v1.FreeBlocksResponse
+	(*InfoRequest)(nil),            // 34: arbor.extent.v1.InfoRequest
+	(*InfoResponse)(nil),           // 35: arbor.extent.v1.InfoResponse
+	(*CreateReplicaRequest)(nil),   // 36: arbor.extent.v1.CreateReplicaRequest
+	(*CreateReplicaResponse)(nil),  // 37: arbor.extent.v1.CreateReplicaResponse
+	(*ChangeReplicasRequest)(nil),  // 38: arbor.extent.v1.ChangeReplicasRequest
+	(*ChangeReplicasResponse)(nil), // 39: arbor.extent.v1.ChangeReplicasResponse
+	(*ReplicaStatusRequest)(nil),   // 40: arbor.extent.v1.ReplicaStatusRequest
+	(*ReplicaProgress)(nil),        // 41: arbor.extent.v1.ReplicaProgress
+	(*ReplicaStatusResponse)(nil),  // 42: arbor.extent.v1.ReplicaStatusResponse
 }
 var file_internal_extent_extentpb_extent_proto_depIdxs = []int32{
 	4,  // 0: arbor.extent.v1.GroupParams.geometry:type_name -> arbor.extent.v1.Geometry
@@ -3229,43 +3345,46 @@ var file_internal_extent_extentpb_extent_proto_depIdxs = []int32{
 	13, // 26: arbor.extent.v1.Error.holder:type_name -> arbor.extent.v1.TxnRecord
 	6,  // 27: arbor.extent.v1.ReadRequest.page:type_name -> arbor.extent.v1.Pointer
 	7,  // 28: arbor.extent.v1.CommitRequest.elements:type_name -> arbor.extent.v1.Element
-	12, // 29: arbor.extent.v1.CommitResponse.results:type_name -> arbor.extent.v1.ElementResult
-	2,  // 30: arbor.extent.v1.TxnStepRequest.kind:type_name -> arbor.extent.v1.StepKind
-	7,  // 31: arbor.extent.v1.TxnStepRequest.elements:type_name -> arbor.extent.v1.Element
-	13, // 32: arbor.extent.v1.TxnStepResponse.record:type_name -> arbor.extent.v1.TxnRecord
-	12, // 33: arbor.extent.v1.TxnStepResponse.results:type_name -> arbor.extent.v1.ElementResult
-	13, // 34: arbor.extent.v1.QueryTxnResponse.record:type_name -> arbor.extent.v1.TxnRecord
-	30, // 35: arbor.extent.v1.FreeBlocksResponse.blocks:type_name -> arbor.extent.v1.FreeBlock
-	4,  // 36: arbor.extent.v1.InfoResponse.geometry:type_name -> arbor.extent.v1.Geometry
-	14, // 37: arbor.extent.v1.InfoResponse.meta:type_name -> arbor.extent.v1.Meta
-	13, // 38: arbor.extent.v1.InfoResponse.pending:type_name -> arbor.extent.v1.TxnRecord
-	4,  // 39: arbor.extent.v1.CreateReplicaRequest.geometry:type_name -> arbor.extent.v1.Geometry
-	3,  // 40: arbor.extent.v1.ChangeReplicasRequest.op:type_name -> arbor.extent.v1.MembershipOp
-	39, // 41: arbor.extent.v1.ReplicaStatusResponse.progress:type_name -> arbor.extent.v1.ReplicaProgress
-	4,  // 42: arbor.extent.v1.ReplicaStatusResponse.geometry:type_name -> arbor.extent.v1.Geometry
-	21, // 43: arbor.extent.v1.Extent.Read:input_type -> arbor.extent.v1.ReadRequest
-	23, // 44: arbor.extent.v1.Extent.Commit:input_type -> arbor.extent.v1.CommitRequest
-	25, // 45: arbor.extent.v1.Extent.TxnStep:input_type -> arbor.extent.v1.TxnStepRequest
-	27, // 46: arbor.extent.v1.Extent.QueryTxn:input_type -> arbor.extent.v1.QueryTxnRequest
-	29, // 47: arbor.extent.v1.Extent.FreeBlocks:input_type -> arbor.extent.v1.FreeBlocksRequest
-	32, // 48: arbor.extent.v1.Extent.Info:input_type -> arbor.extent.v1.InfoRequest
-	34, // 49: arbor.extent.v1.Extent.CreateReplica:input_type -> arbor.extent.v1.CreateReplicaRequest
-	36, // 50: arbor.extent.v1.Extent.ChangeReplicas:input_type -> arbor.extent.v1.ChangeReplicasRequest
-	38, // 51: arbor.extent.v1.Extent.ReplicaStatus:input_type -> arbor.extent.v1.ReplicaStatusRequest
-	22, // 52: arbor.extent.v1.Extent.Read:output_type -> arbor.extent.v1.ReadResponse
-	24, // 53: arbor.extent.v1.Extent.Commit:output_type -> arbor.extent.v1.CommitResponse
-	26, // 54: arbor.extent.v1.Extent.TxnStep:output_type -> arbor.extent.v1.TxnStepResponse
-	28, // 55: arbor.extent.v1.Extent.QueryTxn:output_type -> arbor.extent.v1.QueryTxnResponse
-	31, // 56: arbor.extent.v1.Extent.FreeBlocks:output_type -> arbor.extent.v1.FreeBlocksResponse
-	33, // 57: arbor.extent.v1.Extent.Info:output_type -> arbor.extent.v1.InfoResponse
-	35, // 58: arbor.extent.v1.Extent.CreateReplica:output_type -> arbor.extent.v1.CreateReplicaResponse
-	37, // 59: arbor.extent.v1.Extent.ChangeReplicas:output_type -> arbor.extent.v1.ChangeReplicasResponse
-	40, // 60: arbor.extent.v1.Extent.ReplicaStatus:output_type -> arbor.extent.v1.ReplicaStatusResponse
-	52, // [52:61] is the sub-list for method output_type
-	43, // [43:52] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	7,  // 29: arbor.extent.v1.CheckRequest.elements:type_name -> arbor.extent.v1.Element
+	12, // 30: arbor.extent.v1.CommitResponse.results:type_name -> arbor.extent.v1.ElementResult
+	2,  // 31: arbor.extent.v1.TxnStepRequest.kind:type_name -> arbor.extent.v1.StepKind
+	7,  // 32: arbor.extent.v1.TxnStepRequest.elements:type_name -> arbor.extent.v1.Element
+	13, // 33: arbor.extent.v1.TxnStepResponse.record:type_name -> arbor.extent.v1.TxnRecord
+	12, // 34: arbor.extent.v1.TxnStepResponse.results:type_name -> arbor.extent.v1.ElementResult
+	13, // 35: arbor.extent.v1.QueryTxnResponse.record:type_name -> arbor.extent.v1.TxnRecord
+	32, // 36: arbor.extent.v1.FreeBlocksResponse.blocks:type_name -> arbor.extent.v1.FreeBlock
+	4,  // 37: arbor.extent.v1.InfoResponse.geometry:type_name -> arbor.extent.v1.Geometry
+	14, // 38: arbor.extent.v1.InfoResponse.meta:type_name -> arbor.extent.v1.Meta
+	13, // 39: arbor.extent.v1.InfoResponse.pending:type_name -> arbor.extent.v1.TxnRecord
+	4,  // 40: arbor.extent.v1.CreateReplicaRequest.geometry:type_name -> arbor.extent.v1.Geometry
+	3,  // 41: arbor.extent.v1.ChangeReplicasRequest.op:type_name -> arbor.extent.v1.MembershipOp
+	41, // 42: arbor.extent.v1.ReplicaStatusResponse.progress:type_name -> arbor.extent.v1.ReplicaProgress
+	4,  // 43: arbor.extent.v1.ReplicaStatusResponse.geometry:type_name -> arbor.extent.v1.Geometry
+	21, // 44: arbor.extent.v1.Extent.Read:input_type -> arbor.extent.v1.ReadRequest
+	23, // 45: arbor.extent.v1.Extent.Commit:input_type -> arbor.extent.v1.CommitRequest
+	24, // 46: arbor.extent.v1.Extent.Check:input_type -> arbor.extent.v1.CheckRequest
+	27, // 47: arbor.extent.v1.Extent.TxnStep:input_type -> arbor.extent.v1.TxnStepRequest
+	29, // 48: arbor.extent.v1.Extent.QueryTxn:input_type -> arbor.extent.v1.QueryTxnRequest
+	31, // 49: arbor.extent.v1.Extent.FreeBlocks:input_type -> arbor.extent.v1.FreeBlocksRequest
+	34, // 50: arbor.extent.v1.Extent.Info:input_type -> arbor.extent.v1.InfoRequest
+	36, // 51: arbor.extent.v1.Extent.CreateReplica:input_type -> arbor.extent.v1.CreateReplicaRequest
+	38, // 52: arbor.extent.v1.Extent.ChangeReplicas:input_type -> arbor.extent.v1.ChangeReplicasRequest
+	40, // 53: arbor.extent.v1.Extent.ReplicaStatus:input_type -> arbor.extent.v1.ReplicaStatusRequest
+	22, // 54: arbor.extent.v1.Extent.Read:output_type -> arbor.extent.v1.ReadResponse
+	26, // 55: arbor.extent.v1.Extent.Commit:output_type -> arbor.extent.v1.CommitResponse
+	25, // 56: arbor.extent.v1.Extent.Check:output_type -> arbor.extent.v1.CheckResponse
+	28, // 57: arbor.extent.v1.Extent.TxnStep:output_type -> arbor.extent.v1.TxnStepResponse
+	30, // 58: arbor.extent.v1.Extent.QueryTxn:output_type -> arbor.extent.v1.QueryTxnResponse
+	33, // 59: arbor.extent.v1.Extent.FreeBlocks:output_type -> arbor.extent.v1.FreeBlocksResponse
+	35, // 60: arbor.extent.v1.Extent.Info:output_type -> arbor.extent.v1.InfoResponse
+	37, // 61: arbor.extent.v1.Extent.CreateReplica:output_type -> arbor.extent.v1.CreateReplicaResponse
+	39, // 62: arbor.extent.v1.Extent.ChangeReplicas:output_type -> arbor.extent.v1.ChangeReplicasResponse
+	42, // 63: arbor.extent.v1.Extent.ReplicaStatus:output_type -> arbor.extent.v1.ReplicaStatusResponse
+	54, // [54:64] is the sub-list for method output_type
+	44, // [44:54] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_internal_extent_extentpb_extent_proto_init() }
@@ -3293,7 +3412,7 @@ func file_internal_extent_extentpb_extent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_extent_extentpb_extent_proto_rawDesc), len(file_internal_extent_extentpb_extent_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Extent_Read_FullMethodName           = "/arbor.extent.v1.Extent/Read"
 	Extent_Commit_FullMethodName         = "/arbor.extent.v1.Extent/Commit"
+	Extent_Check_FullMethodName          = "/arbor.extent.v1.Extent/Check"
 	Extent_TxnStep_FullMethodName        = "/arbor.extent.v1.Extent/TxnStep"
 	Extent_QueryTxn_FullMethodName       = "/arbor.extent.v1.Extent/QueryTxn"
 	Extent_FreeBlocks_FullMethodName     = "/arbor.extent.v1.Extent/FreeBlocks"
@@ -41,6 +42,7 @@ type ExtentClient interface {
 	// Data path: leader only (a follower forwards once).
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error)
 	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitResponse, error)
+	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
 	TxnStep(ctx context.Context, in *TxnStepRequest, opts ...grpc.CallOption) (*TxnStepResponse, error)
 	QueryTxn(ctx context.Context, in *QueryTxnRequest, opts ...grpc.CallOption) (*QueryTxnResponse, error)
 	FreeBlocks(ctx context.Context, in *FreeBlocksRequest, opts ...grpc.CallOption) (*FreeBlocksResponse, error)
@@ -73,6 +75,16 @@ func (c *extentClient) Commit(ctx context.Context, in *CommitRequest, opts ...gr
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CommitResponse)
 	err := c.cc.Invoke(ctx, Extent_Commit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *extentClient) Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckResponse)
+	err := c.cc.Invoke(ctx, Extent_Check_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +168,7 @@ type ExtentServer interface {
 	// Data path: leader only (a follower forwards once).
 	Read(context.Context, *ReadRequest) (*ReadResponse, error)
 	Commit(context.Context, *CommitRequest) (*CommitResponse, error)
+	Check(context.Context, *CheckRequest) (*CheckResponse, error)
 	TxnStep(context.Context, *TxnStepRequest) (*TxnStepResponse, error)
 	QueryTxn(context.Context, *QueryTxnRequest) (*QueryTxnResponse, error)
 	FreeBlocks(context.Context, *FreeBlocksRequest) (*FreeBlocksResponse, error)
@@ -179,6 +192,9 @@ func (UnimplementedExtentServer) Read(context.Context, *ReadRequest) (*ReadRespo
 }
 func (UnimplementedExtentServer) Commit(context.Context, *CommitRequest) (*CommitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Commit not implemented")
+}
+func (UnimplementedExtentServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
 }
 func (UnimplementedExtentServer) TxnStep(context.Context, *TxnStepRequest) (*TxnStepResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TxnStep not implemented")
@@ -254,6 +270,24 @@ func _Extent_Commit_Handler(srv interface{}, ctx context.Context, dec func(inter
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ExtentServer).Commit(ctx, req.(*CommitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Extent_Check_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExtentServer).Check(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Extent_Check_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExtentServer).Check(ctx, req.(*CheckRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -398,6 +432,10 @@ var Extent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Commit",
 			Handler:    _Extent_Commit_Handler,
+		},
+		{
+			MethodName: "Check",
+			Handler:    _Extent_Check_Handler,
 		},
 		{
 			MethodName: "TxnStep",
