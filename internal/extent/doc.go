@@ -120,13 +120,16 @@
 //  2. A command that is refused (any code but OK) writes nothing; every
 //     command that writes rewrites Meta, whose applied index makes it the
 //     state's version.
-//  3. Reads are linearizable: the leader runs a ReadIndex, then reads its
-//     replica through the Reader the engine gave Load (a view of the live
-//     database), retrying until Meta reads the same before and after, so a
+//  3. Reads are linearizable: the leader runs a ReadIndex (answered from
+//     its lease when it holds one), then reads its replica through the
+//     Reader the engine gave Load, in one pebble iterator's view, so a
 //     read sees exactly one applied state (pebble publishes batches
-//     atomically and in order). This relies on the engine's Reader staying
-//     valid while the replica lives, which it does (it reads the node's
-//     database) as raftengine's contract states.
+//     atomically and in order; a Reader without views falls back to
+//     reading Meta before and after). Check validates a read-only
+//     transaction the same way, with an MPSC's checks, and no raft entry.
+//     This relies on the engine's Reader staying valid while the replica
+//     lives, which it does (it reads the node's database) as raftengine's
+//     contract states.
 //  4. A page or block locked by a PREPARED record is neither read nor
 //     written nor freed until the record is decided or aborted; an
 //     allocation reserved by one is not handed out twice.
