@@ -172,8 +172,8 @@ type Engine struct {
 	// lease is how long a completed ReadIndex round lets the leader answer
 	// reads alone (lease.go); 0: never.
 	lease time.Duration
-	// voteQuiet is how long after its start the engine refuses votes: one
-	// lease, as the clocks allow it.
+	// voteQuiet is how long after its start the engine refuses votes (an
+	// election timeout, if leases are on; lease.go).
 	voteQuiet time.Duration
 	// leaseHook, if set (tests only), runs after a read found the lease
 	// valid and before it returns, as a pause of the leader would.
@@ -219,7 +219,7 @@ func Open(cfg Config) (*Engine, error) {
 		live:          map[uint64]time.Time{},
 		start:         time.Now(),
 		lease:         cfg.leaseDuration(),
-		voteQuiet:     cfg.safeLease(),
+		voteQuiet:     cfg.voteQuiet(),
 		ctx:           ctx,
 		cancel:        cancel,
 	}

@@ -17,13 +17,17 @@ import (
 // election timers run out, which is no earlier than T plus a lease
 // duration, measured on the leader's clock:
 //
-//	lease = (ElectionTicks - 2) × TickInterval × (1 - MaxClockDrift) / (1 + MaxClockDrift)
+//	lease = (ElectionTicks - 3) × TickInterval × (1 - MaxClockDrift) / (1 + MaxClockDrift)
 //
-// Two ticks are taken off because a follower's first tick after a
-// heartbeat may come at once and a late tick may be followed by an
-// on-time one; the drift factor covers a leader clock running slow and a
-// follower clock running fast by up to MaxClockDrift each (rates, not
-// offsets: every duration is measured on one node's monotonic clock).
+// Three ticks are taken off because ticks that fired before a follower
+// stepped the heartbeat may be counted after it: its worker steps an
+// inbox's ticks before its messages, a tick may be held up in the tick
+// loop, and the next one waits in the ticker's channel. The drift factor
+// covers a leader clock running slow and a follower clock running fast by
+// up to MaxClockDrift each (rates, not offsets: every duration is
+// measured on one node's monotonic clock). A clock that stops (a host
+// suspended, a VM frozen while CLOCK_MONOTONIC does not advance) is a
+// drift far beyond the bound: where that can happen, turn leases off.
 //
 // Within its lease the leader answers ReadIndex without a round: every
 // write acknowledged before the call was applied here (only this leader
@@ -47,8 +51,10 @@ import (
 //   - A follower that restarts: it forgets whom it heard from and would
 //     vote at once, though it may have acknowledged the lease just
 //     before it went down. An engine refuses (drops) vote and pre-vote
-//     requests for one lease after it starts. Elections are not slowed:
-//     a candidate waits at least an election timeout before campaigning.
+//     requests for an election timeout (ElectionTicks × TickInterval,
+//     longer than any lease even with its clock fast) after it starts.
+//     Elections are hardly slowed: a candidate waits at least an
+//     election timeout before campaigning.
 //   - Clock rate drift beyond MaxClockDrift: stated, not detectable by a
 //     node alone. Config.DisableLeaseReads turns lease reads off.
 //   - A leader paused (or partitioned) after its lease check: the read
@@ -71,11 +77,22 @@ func (c *Config) leaseDuration() time.Duration {
 
 // safeLease is the lease the proof above allows.
 func (c *Config) safeLease() time.Duration {
-	if c.DisableLeaseReads || c.ElectionTicks < 3 {
+	if c.DisableLeaseReads || c.ElectionTicks < 4 {
 		return 0
 	}
-	base := time.Duration(c.ElectionTicks-2) * c.TickInterval
+	base := time.Duration(c.ElectionTicks-3) * c.TickInterval
 	return time.Duration(float64(base) * (1 - c.MaxClockDrift) / (1 + c.MaxClockDrift))
+}
+
+// voteQuiet is how long a starting engine refuses votes: an election
+// timeout by its own clock, which outlasts any lease granted with a
+// follower's acknowledgement from before the restart, even with the
+// clocks drifting by MaxClockDrift.
+func (c *Config) voteQuiet() time.Duration {
+	if c.safeLease() == 0 {
+		return 0
+	}
+	return time.Duration(c.ElectionTicks) * c.TickInterval
 }
 
 // now is the engine's monotonic clock, for leases.
