@@ -270,9 +270,16 @@ func (c *Client) abandon(ctx context.Context, id uint64, expiry int64, parts []p
 	}
 	if upTo > 0 {
 		if aerr := c.abortBackward(ctx, id, expiry, parts[:upTo]); aerr != nil {
+			// Prepares ran together: any of the parts may hold one, and a
+			// walk from a part that never prepared finds nothing.
 			c.background("abort", func(ctx context.Context) error {
-				_, err := c.Recover(ctx, TxnRef{ID: id, Extent: parts[0].extent})
-				return err
+				var errs []error
+				for _, p := range parts[:upTo] {
+					if _, err := c.Recover(ctx, TxnRef{ID: id, Extent: p.extent}); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				return errors.Join(errs...)
 			})
 		}
 	}
