@@ -164,13 +164,11 @@
 //     handle and blob. Then it sends SyncOpens for each table it replayed
 //     to, which lifts its gate for the session. A replayed change to one
 //     object (attributes, blocks, extended attributes) that finds the
-//     object gone is tried again after SyncOpens (it may be a nameless
-//     file the session holds open, which the new owner refuses until it
-//     knows); if the object is still gone the change is moot, not lost:
-//     it was answered while the object existed, so the removal came
-//     after it and would have taken it too (its tracts go with the
-//     file's blob). Changes to names are never moot: a lost link or
-//     create could have kept a later rmdir from succeeding.
+//     object removed is moot, not lost: it was answered while the object
+//     existed, so the removal came after it and would have taken it too
+//     (its tracts go with the file's blob). Changes to names are never
+//     moot: a lost link or create could have kept a later rmdir from
+//     succeeding.
 //   - A table taken over without a clean handover (its owner died, its
 //     lease lapsed) is gated: nobody but replays is served until every
 //     live session has synced with the new owner (each does within a

@@ -303,17 +303,9 @@ func (j *journal) collectLostLocked(st *journalStore) {
 // replay sends the lost ops again, oldest first, each to its table's
 // owner now; then it tells each table it replayed to that it is done
 // (SyncOpens), which lifts the table's gate for this session.
-//
-// A change to one object that finds the object gone (ESTALE, ENOENT) is
-// tried once more after SyncOpens: the object may be a file this session
-// holds open with no name left, which the table's new owner refuses to
-// change until the session says it holds it. If it is still gone, the
-// change is moot: it was answered while its object existed, so the
-// removal came after it and would have taken it too.
 func (j *journal) replay() {
 	defer j.m.wg.Done()
 	touched := map[uint64]route{}
-	var gone []*unsafeOp
 	for {
 		j.mu.Lock()
 		if len(j.lostOps) == 0 {
@@ -329,12 +321,29 @@ func (j *journal) replay() {
 		cancel()
 		j.mu.Lock()
 		j.stats.Replayed++
-		j.mu.Unlock()
-		if err != nil && op.objectOnly && objectGone(err) {
-			gone = append(gone, op)
+		if err != nil && op.objectOnly && (errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOENT)) {
+			// The change was answered while its object existed; the
+			// object is gone now, so a removal came after the answer
+			// and took the change with it.
+			op.safe = true
+			j.stats.Moot++
+			j.m.c.log.Info("a replayed change's object was removed since; nothing to apply", "fs", j.m.f, "session", j.m.session, "err", err)
+			j.cond.Broadcast()
+			j.mu.Unlock()
 			continue
 		}
-		j.replayed(op, node, ack, err)
+		if err != nil {
+			op.safe = true
+			j.stats.Failed++
+			j.failed++
+			j.failure = err
+			j.m.c.log.Error("an operation answered early was lost by its metadata server and could not be applied again", "fs", j.m.f, "session", j.m.session, "err", err)
+			j.cond.Broadcast()
+			j.mu.Unlock()
+			continue
+		}
+		j.mu.Unlock()
+		j.note(op, node, ack)
 	}
 	for _, rt := range touched {
 		ctx, cancel := context.WithTimeout(context.Background(), safePollWait)
@@ -343,45 +352,9 @@ func (j *journal) replay() {
 		}
 		cancel()
 	}
-	for _, op := range gone {
-		ctx, cancel := context.WithTimeout(context.Background(), replayTimeout)
-		node, ack, err := j.m.replayOne(ctx, op, touched)
-		cancel()
-		if err != nil && objectGone(err) {
-			j.mu.Lock()
-			op.safe = true
-			j.stats.Moot++
-			j.m.c.log.Info("a replayed change's object was removed since; nothing to apply", "fs", j.m.f, "session", j.m.session, "err", err)
-			j.cond.Broadcast()
-			j.mu.Unlock()
-			continue
-		}
-		j.replayed(op, node, ack, err)
-	}
 	j.mu.Lock()
 	j.cond.Broadcast()
 	j.mu.Unlock()
-}
-
-// objectGone reports whether a replay's error says its object is gone.
-func objectGone(err error) bool {
-	return errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOENT)
-}
-
-// replayed records the outcome of op's replay.
-func (j *journal) replayed(op *unsafeOp, node uint64, ack *pb.Ack, err error) {
-	if err == nil {
-		j.note(op, node, ack)
-		return
-	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	op.safe = true
-	j.stats.Failed++
-	j.failed++
-	j.failure = err
-	j.m.c.log.Error("an operation answered early was lost by its metadata server and could not be applied again", "fs", j.m.f, "session", j.m.session, "err", err)
-	j.cond.Broadcast()
 }
 
 // barrier waits until every op answered before the call is durable or
