@@ -162,13 +162,7 @@
 //     the owner of each operation's table now, with the first run's
 //     request id (exactly once: reply records), time and, for a create,
 //     handle and blob. Then it sends SyncOpens for each table it replayed
-//     to, which lifts its gate for the session. A replayed change to one
-//     object (attributes, blocks, extended attributes) that finds the
-//     object removed is moot, not lost: it was answered while the object
-//     existed, so the removal came after it and would have taken it too
-//     (its tracts go with the file's blob). Changes to names are never
-//     moot: a lost link or create could have kept a later rmdir from
-//     succeeding.
+//     to, which lifts its gate for the session.
 //   - A table taken over without a clean handover (its owner died, its
 //     lease lapsed) is gated: nobody but replays is served until every
 //     live session has synced with the new owner (each does within a

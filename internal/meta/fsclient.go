@@ -286,40 +286,28 @@ func (m *FSClient) recorded(ctx context.Context) (*pb.Header, func(), error) {
 	return h, func() { m.slots <- slot }, nil
 }
 
-// recording is whether a request must apply once (it is recorded, and
-// may be answered early), and if so what it changes: only its object (a
-// file's attributes, blocks or extended attributes) or names.
-type recording int
-
-const (
-	unrecorded     recording = iota
-	recordedNames            // create, link, remove, rename
-	recordedObject           // setattr, block commits, xattr changes
-)
-
 // sendFunc sends a request with header h to cl and returns the answer's
 // error and Ack.
 type sendFunc func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error)
 
 // call sends a request routed by directory id d.
 func (m *FSClient) call(ctx context.Context, d uint64, fn func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error)) error {
-	return m.send(ctx, d, unrecorded, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
+	return m.send(ctx, d, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		e, err := fn(ctx, cl, h)
 		return e, nil, err
 	})
 }
 
 // callRecorded sends a request that must apply once.
-func (m *FSClient) callRecorded(ctx context.Context, d uint64, rec recording, fn sendFunc) error {
-	return m.send(ctx, d, rec, fn)
+func (m *FSClient) callRecorded(ctx context.Context, d uint64, fn sendFunc) error {
+	return m.send(ctx, d, true, fn)
 }
 
 // send sends a request routed by directory id d (recorded: it must apply
 // once, and may be answered early), once the session's record is written.
 // A recorded request first waits for what other servers answered early
 // before (journal.barrier); an early answer goes to the journal.
-func (m *FSClient) send(ctx context.Context, d uint64, rec recording, fn sendFunc) error {
-	recorded := rec != unrecorded
+func (m *FSClient) send(ctx context.Context, d uint64, recorded bool, fn sendFunc) error {
 	if m.snap == 0 {
 		select {
 		case <-m.sessionReady:
@@ -361,7 +349,7 @@ func (m *FSClient) send(ctx context.Context, d uint64, rec recording, fn sendFun
 	if recorded && m.snap == 0 && ack != nil {
 		var op *unsafeOp
 		if ack.GetSeq() != 0 {
-			op = &unsafeOp{d: d, hdr: h, now: ack.GetNowNs(), again: fn, objectOnly: rec == recordedObject}
+			op = &unsafeOp{d: d, hdr: h, now: ack.GetNowNs(), again: fn}
 		}
 		m.j.note(op, last.owner, ack)
 	}
@@ -501,7 +489,7 @@ func attrOf(resp *pb.AttrResponse, err error) (fs.Attr, error) {
 }
 
 // attrCall runs a request answered with attributes.
-func (m *FSClient) attrCall(ctx context.Context, d uint64, record recording, send func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error)) (fs.Attr, error) {
+func (m *FSClient) attrCall(ctx context.Context, d uint64, record bool, send func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error)) (fs.Attr, error) {
 	var resp *pb.AttrResponse
 	err := m.send(ctx, d, record, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		r, err := send(ctx, cl, h)
@@ -515,7 +503,7 @@ func (m *FSClient) attrCall(ctx context.Context, d uint64, record recording, sen
 
 // Lookup implements fsclient.Metadata.
 func (m *FSClient) Lookup(ctx context.Context, dir fs.Handle, name string) (fs.Attr, error) {
-	return m.attrCall(ctx, dir.D, unrecorded, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+	return m.attrCall(ctx, dir.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.Lookup(ctx, &pb.LookupRequest{Header: h, Dir: handleToPB(dir), Name: name})
 	})
 }
@@ -526,7 +514,7 @@ func (m *FSClient) GetAttr(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
 	if a, ok := m.cachedDir(hd); ok {
 		return a, nil
 	}
-	return m.attrCall(ctx, hd.D, unrecorded, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+	return m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.GetAttr(ctx, &pb.GetAttrRequest{Header: h, Handle: handleToPB(hd)})
 	})
 }
@@ -534,7 +522,7 @@ func (m *FSClient) GetAttr(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
 // SetAttr implements fsclient.Metadata.
 func (m *FSClient) SetAttr(ctx context.Context, hd fs.Handle, in fs.SetAttrIn) (fs.Attr, error) {
 	m.sawDir(hd, nil)
-	return m.attrCall(ctx, hd.D, recordedObject, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+	return m.attrCall(ctx, hd.D, true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.SetAttr(ctx, &pb.SetAttrRequest{Header: h, Handle: handleToPB(hd), Valid: in.Valid, Mode: in.Mode, Uid: in.Uid,
 			Gid: in.Gid, Size: in.Size, AtimeNs: in.Atime.UnixNano(), MtimeNs: in.Mtime.UnixNano(), CtimeNs: in.Ctime.UnixNano()})
 	})
@@ -542,7 +530,7 @@ func (m *FSClient) SetAttr(ctx context.Context, hd fs.Handle, in fs.SetAttrIn) (
 
 func (m *FSClient) create(ctx context.Context, req *pb.CreateRequest) (fs.Attr, error) {
 	dir := handleFromPB(req.GetDir())
-	return m.attrCall(ctx, req.GetDir().GetD(), recordedNames, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+	return m.attrCall(ctx, req.GetDir().GetD(), true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		req.Header = h
 		resp, err := cl.Create(ctx, req)
 		if err == nil && !h.GetReplay() && resp.GetError() == nil && resp.GetAck().GetSeq() != 0 {
@@ -596,7 +584,7 @@ func (m *FSClient) Readlink(ctx context.Context, hd fs.Handle) (string, error) {
 
 // Link implements fsclient.Metadata.
 func (m *FSClient) Link(ctx context.Context, hd, dir fs.Handle, name string) (fs.Attr, error) {
-	return m.attrCall(ctx, dir.D, recordedNames, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+	return m.attrCall(ctx, dir.D, true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		resp, err := cl.Link(ctx, &pb.LinkRequest{Header: h, Handle: handleToPB(hd), Dir: handleToPB(dir), Name: name})
 		m.sawDir(dir, resp.GetDir())
 		return resp, err
@@ -604,7 +592,7 @@ func (m *FSClient) Link(ctx context.Context, hd, dir fs.Handle, name string) (fs
 }
 
 func (m *FSClient) remove(ctx context.Context, dir fs.Handle, name string, directory bool) error {
-	return m.callRecorded(ctx, dir.D, recordedNames, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
+	return m.callRecorded(ctx, dir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		resp, err := cl.Remove(ctx, &pb.RemoveRequest{Header: h, Dir: handleToPB(dir), Name: name, Directory: directory})
 		m.sawDir(dir, resp.GetDir())
 		return resp.GetError(), resp.GetAck(), err
@@ -623,7 +611,7 @@ func (m *FSClient) Rmdir(ctx context.Context, dir fs.Handle, name string) error 
 
 // Rename implements fsclient.Metadata.
 func (m *FSClient) Rename(ctx context.Context, srcDir fs.Handle, srcName string, dstDir fs.Handle, dstName string, flags uint32) error {
-	return m.callRecorded(ctx, srcDir.D, recordedNames, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
+	return m.callRecorded(ctx, srcDir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		resp, err := cl.Rename(ctx, &pb.RenameRequest{Header: h, SrcDir: handleToPB(srcDir), SrcName: srcName,
 			DstDir: handleToPB(dstDir), DstName: dstName, Flags: flags})
 		m.sawDir(srcDir, resp.GetDir())
@@ -685,12 +673,11 @@ func (m *FSClient) xattr(ctx context.Context, req *pb.XattrRequest) (*pb.XattrRe
 		}
 		return resp.GetError(), resp.GetAck(), err
 	}
-	rec := unrecorded
-	if req.GetOp() == pb.XattrRequest_SET || req.GetOp() == pb.XattrRequest_REMOVE {
-		rec = recordedObject
+	recorded := req.GetOp() == pb.XattrRequest_SET || req.GetOp() == pb.XattrRequest_REMOVE
+	if recorded {
 		m.sawDir(handleFromPB(req.GetHandle()), nil)
 	}
-	err := m.send(ctx, req.GetHandle().GetD(), rec, fn)
+	err := m.send(ctx, req.GetHandle().GetD(), recorded, fn)
 	return out, err
 }
 
@@ -724,7 +711,7 @@ func (m *FSClient) RemoveXattr(ctx context.Context, h fs.Handle, name string) er
 // Open implements fsclient.Metadata.
 func (m *FSClient) Open(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
 	mark := m.syncMark()
-	a, err := m.attrCall(ctx, hd.D, unrecorded, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+	a, err := m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.Open(ctx, &pb.OpenRequest{Header: h, Handle: handleToPB(hd)})
 	})
 	if err == nil && !a.IsDir() {
@@ -791,7 +778,7 @@ func (m *FSClient) CommitBlocks(ctx context.Context, hd fs.Handle, blob fs.GUID,
 		req.Blocks = append(req.Blocks, &pb.NewBlock{Start: b.Start, Tract: b.Tract, Length: b.Length, Base: blockToPB(b.Base), Inline: b.Inline})
 	}
 	var resp *pb.CommitBlocksResponse
-	err := m.callRecorded(ctx, hd.D, recordedObject, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
+	err := m.callRecorded(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		req.Header = h
 		r, err := cl.CommitBlocks(ctx, req)
 		if !h.GetReplay() {

@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"syscall"
@@ -33,9 +32,6 @@ type unsafeOp struct {
 	hdr   *pb.Header
 	now   int64
 	again func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error)
-	// objectOnly: it changes only its object (see recording), so a replay
-	// that finds the object gone is moot.
-	objectOnly bool
 }
 
 // journalStore is what the journal knows of one store.
@@ -70,10 +66,8 @@ type journal struct {
 type JournalStats struct {
 	// Early: operations answered early; Replayed: sent again after their
 	// store lost them (or could not say); Failed: replays that could not
-	// be applied; Moot: replays of changes to an object found removed
-	// since (the removal came after the answer, and would have taken the
-	// change with it).
-	Early, Replayed, Failed, Moot int64
+	// be applied.
+	Early, Replayed, Failed int64
 }
 
 // maxJournal bounds a session's unsafe operations: past it, mutations
@@ -321,17 +315,6 @@ func (j *journal) replay() {
 		cancel()
 		j.mu.Lock()
 		j.stats.Replayed++
-		if err != nil && op.objectOnly && (errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOENT)) {
-			// The change was answered while its object existed; the
-			// object is gone now, so a removal came after the answer
-			// and took the change with it.
-			op.safe = true
-			j.stats.Moot++
-			j.m.c.log.Info("a replayed change's object was removed since; nothing to apply", "fs", j.m.f, "session", j.m.session, "err", err)
-			j.cond.Broadcast()
-			j.mu.Unlock()
-			continue
-		}
 		if err != nil {
 			op.safe = true
 			j.stats.Failed++
