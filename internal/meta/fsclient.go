@@ -352,6 +352,11 @@ func (m *FSClient) send(ctx context.Context, d uint64, recorded bool, fn sendFun
 			op = &unsafeOp{d: d, hdr: h, now: ack.GetNowNs(), again: fn}
 		}
 		m.j.note(op, last.owner, ack)
+		if err == nil && op != nil {
+			// An op lost before its answer got here is replayed first:
+			// the caller's next request must find it applied.
+			err = m.j.awaitReplay(ctx, op)
+		}
 	}
 	return err
 }

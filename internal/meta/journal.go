@@ -32,6 +32,8 @@ type unsafeOp struct {
 	hdr   *pb.Header
 	now   int64
 	again func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error)
+	// failed is why its replay could not be applied.
+	failed error
 }
 
 // journalStore is what the journal knows of one store.
@@ -121,6 +123,14 @@ func (j *journal) note(op *unsafeOp, node uint64, ack *pb.Ack) {
 			op.store, op.node, op.seq, op.gen, op.lost, op.safe = st.id, node, ack.GetSeq(), ack.GetGen(), false, false
 			insertBySeq(st, op)
 			j.count++
+			if op.gen < st.gen {
+				// The store aborted entries after it applied op, and the
+				// poller has already settled those aborts (or the answer
+				// itself says so): whether op was among the lost is no
+				// longer asked. Replay it (a replay applies once).
+				op.lost = true
+				j.collectLostLocked(st)
+			}
 			j.startPollLocked(st)
 		}
 	}
@@ -317,6 +327,7 @@ func (j *journal) replay() {
 		j.stats.Replayed++
 		if err != nil {
 			op.safe = true
+			op.failed = err
 			j.stats.Failed++
 			j.failed++
 			j.failure = err
@@ -338,6 +349,23 @@ func (j *journal) replay() {
 	j.mu.Lock()
 	j.cond.Broadcast()
 	j.mu.Unlock()
+}
+
+// awaitReplay waits while op, just answered, waits for a replay (note
+// found its store had lost it already), and reports a replay that failed.
+func (j *journal) awaitReplay(ctx context.Context, op *unsafeOp) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for op.lost && !op.safe {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%w: waiting for the replay of an operation its metadata server lost: %w", syscall.EIO, err)
+		}
+		waitCond(ctx, j.cond, 100*time.Millisecond)
+	}
+	if op.failed != nil {
+		return op.failed
+	}
+	return nil
 }
 
 // barrier waits until every op answered before the call is durable or
