@@ -47,6 +47,8 @@ type pending struct {
 	units  []*unit
 	done   chan struct{}
 	err    error // set before done is closed
+	// landed: committed (set under the store's mu, before done closes).
+	landed bool
 }
 
 // wait blocks until p is durable (nil) or aborted (errRetry, or the
@@ -58,6 +60,14 @@ func (p *pending) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: waiting for the commit of an operation: %w", fs.ErrAmbiguousCommit, ctx.Err())
 	}
+}
+
+// durableBefore reports whether p, applied before the abort that made
+// the store's abort count gen, was durable rather than aborted. An entry
+// applied since is neither yet (false).
+// Callers hold the store's mu.
+func (p *pending) durableBefore(gen uint64) bool {
+	return p.gen < gen && p.landed
 }
 
 // replyTag is what the server tells the store of a recorded request, in
@@ -415,6 +425,7 @@ func (s *store) landed(todo []*pending) (bool, error) {
 func (s *store) finish(todo []*pending) {
 	s.mu.Lock()
 	for _, p := range todo {
+		p.landed = true
 		for _, w := range p.writes {
 			if !w.owned {
 				continue

@@ -57,7 +57,7 @@ func (s *Server) run(ctx context.Context, req request, fn, rebuild func(ctx cont
 	}
 	replay := h.GetReplay() && req.recorded
 	if !req.noGate {
-		if err := st.st.waitGate(ctx, req.d, replay); err != nil {
+		if ctx, err = st.st.waitGate(ctx, req.d, replay); err != nil {
 			return errorToPB(fmt.Errorf("%w: %w", errRetry, err)), nil
 		}
 	}

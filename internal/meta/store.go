@@ -405,6 +405,10 @@ func (s *store) dropUnitLocked(u *unit) {
 func (s *store) View(ctx context.Context, fn func(fs.MetaTxn) error) error {
 	for {
 		s.mu.RLock()
+		if err := s.passedGateLocked(ctx); err != nil {
+			s.mu.RUnlock()
+			return err
+		}
 		tx := &txn{s: s, ctx: ctx, session: fs.SessionOf(ctx)}
 		ferr := fn(tx)
 		s.mu.RUnlock()
@@ -444,6 +448,10 @@ func (s *store) Update(ctx context.Context, fn func(fs.MetaTxn) error) error {
 			return err
 		}
 		s.mu.Lock()
+		if err := s.passedGateLocked(ctx); err != nil {
+			s.mu.Unlock()
+			return err
+		}
 		tx := &txn{s: s, ctx: ctx, write: true, session: fs.SessionOf(ctx)}
 		ferr := fn(tx)
 		if tx.err != nil {

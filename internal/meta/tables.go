@@ -168,16 +168,20 @@ func (s *store) syncedAll(t *table) bool {
 }
 
 // waitGate waits while directory id d's table holds requests other than
-// replays (a replay passes at once).
-func (s *store) waitGate(ctx context.Context, d uint64, replay bool) error {
+// replays (a replay passes at once). It returns ctx marked with the
+// store's abort count as it passed (withGateGen): an abort after that
+// (which raises a gate) makes the request's next Update or View ask again
+// instead of reading a state that lacks what the abort lost.
+func (s *store) waitGate(ctx context.Context, d uint64, replay bool) (context.Context, error) {
 	if replay {
-		return nil
+		return ctx, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
 		t := s.tableOf(d)
 		if t == nil || !s.gatedLocked(t) {
+			ctx = context.WithValue(ctx, gateGenKey{}, &gatePass{gen: s.gen})
 			if t != nil && !t.gateUntil.IsZero() {
 				if time.Now().After(t.gateUntil) {
 					s.opensMu.Lock()
@@ -186,13 +190,38 @@ func (s *store) waitGate(ctx context.Context, d uint64, replay bool) error {
 				}
 				t.gateUntil, t.gateAll, t.gateSessions = time.Time{}, false, nil
 			}
-			return nil
+			return ctx, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("meta: waiting for sessions to replay to table %d: %w", t.id, err)
+			return ctx, fmt.Errorf("meta: waiting for sessions to replay to table %d: %w", t.id, err)
 		}
 		waitCond(ctx, s.changed, time.Until(t.gateUntil))
 	}
+}
+
+// gateGenKey marks a request's context with a *gatePass.
+type gateGenKey struct{}
+
+// gatePass is the store's abort count when a request passed the replay
+// gate (or last found that no abort since concerned it).
+type gatePass struct{ gen uint64 }
+
+// passedGateLocked reports whether the request of ctx may go on with the
+// cache after an abort that came since it passed the gate: the abort may
+// have lost what the request read, so it asks again (errRetry) unless
+// its first write transaction (with its reply record) was durable before
+// the abort; a retry would then find the record and not run the rest.
+// Callers hold mu.
+func (s *store) passedGateLocked(ctx context.Context) error {
+	g, ok := ctx.Value(gateGenKey{}).(*gatePass)
+	if !ok || g.gen == s.gen {
+		return nil
+	}
+	if r := replyOf(ctx); r != nil && r.written && (r.p == nil || r.p.durableBefore(s.gen)) {
+		g.gen = s.gen
+		return nil
+	}
+	return fmt.Errorf("%w: an abort raised the replay gate while the request ran", errRetry)
 }
 
 func rangesOverlap(a, b fs.DRange) bool {
