@@ -19,22 +19,34 @@ import (
 // header write fences any commit the old one still has in flight.
 
 // coordinatorHold is how long the coordinator lease is taken for; it is
-// renewed every second.
-const coordinatorHold = 3 * time.Second
+// renewed (or, by the other servers, asked for) every coordinatorRenew,
+// while the coordinator looks for tables to reassign every
+// coordinatorCheck: a table whose owner died waits for its lease to run
+// out, and then for no more than that.
+const (
+	coordinatorHold  = 3 * time.Second
+	coordinatorRenew = time.Second
+	coordinatorCheck = 200 * time.Millisecond
+)
 
 type coordinatorState struct {
 	mu       sync.Mutex
 	epoch    uint64
 	deadline time.Time
+	asked    time.Time // when the lease was last taken or renewed
 }
 
-// holdCoordinator takes or renews the coordinator lease and reports
-// whether this server holds it.
+// holdCoordinator takes or renews the coordinator lease (at most every
+// coordinatorRenew) and reports whether this server holds it.
 func (s *Server) holdCoordinator(ctx context.Context) bool {
 	c := &s.coord
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sent := time.Now()
+	if sent.Sub(c.asked) < coordinatorRenew {
+		return c.epoch != 0 && sent.Before(c.deadline)
+	}
+	c.asked = sent
 	ms := coordinatorHold.Milliseconds()
 	if c.epoch != 0 && sent.Before(c.deadline) {
 		if _, err := s.cfg.Directory.RenewLease(ctx, &dpb.RenewLeaseRequest{Name: coordinatorLease, HolderNode: s.cfg.Node, LeaseEpoch: c.epoch, DurationMs: ms}); err == nil {
@@ -80,6 +92,7 @@ func (s *Server) coordinate(ctx context.Context) {
 		}
 	}
 	now := time.Now().UnixMilli()
+	told := map[uint64]bool{}
 	for _, d := range dm.GetDelegations() {
 		_, ownerLive := load[d.GetOwnerNode()]
 		if d.GetOwnerNode() != 0 && ownerLive && d.GetLeaseExpiryUnixMs() > now {
@@ -100,6 +113,10 @@ func (s *Server) coordinate(ctx context.Context) {
 		load[target]++
 		s.log.Info("reassigned a table whose owner is gone", "table", d.GetTableId(), "fs", d.GetFileSystem(),
 			"from", d.GetOwnerNode(), "to", target, "epoch", nd.GetEpoch())
+		told[target] = true
+	}
+	for node := range told {
+		s.tellFollow(ctx, node) // acquire now, not at the next map poll
 	}
 }
 

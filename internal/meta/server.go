@@ -247,7 +247,7 @@ func (s *Server) Start() {
 	}
 	s.loop("delegation map", s.cfg.PollInterval, s.followMap)
 	s.loop("lease renewal", s.cfg.RenewInterval, s.renewLeases)
-	s.loop("coordinator", time.Second, s.coordinate)
+	s.loop("coordinator", coordinatorCheck, s.coordinate)
 	s.loop("frozen tables", 20*time.Millisecond, s.pollFrozen)
 	s.loop("borrowed tables", time.Second, s.returnBorrowed)
 	s.loop("placement refresh", time.Second, s.refreshPlacement)
@@ -440,7 +440,15 @@ func (s *Server) fsLock(f uint64, what string) func(ctx context.Context) (func()
 					_, _ = s.cfg.Directory.ReleaseLease(rctx, &dpb.ReleaseLeaseRequest{Name: name, HolderNode: s.cfg.Node, LeaseEpoch: l.GetEpoch()})
 				}, nil
 			}
-			if c := directory.CodeOf(err); c != dpb.ErrorCode_LEASE_HELD && c != dpb.ErrorCode_CONFLICT && c != -1 {
+			c := directory.CodeOf(err)
+			if c == dpb.ErrorCode_STALE_EPOCH {
+				// This server's incarnation is not the directory's (it
+				// restarted, or was declared dead and came back): the
+				// client asks again, here once the epoch is current or
+				// at the table's next owner.
+				return nil, fmt.Errorf("%w: lock %s: %w", errRetry, name, err)
+			}
+			if c != dpb.ErrorCode_LEASE_HELD && c != dpb.ErrorCode_CONFLICT && c != -1 {
 				return nil, fmt.Errorf("lock %s: %w", name, err)
 			}
 			if err := sleepCtx(ctx, backoff(attempt)); err != nil {
