@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"time"
 )
@@ -18,7 +19,20 @@ const (
 	SetAtimeNow
 	SetMtimeNow
 	SetCtime
+	// SetHold: the calling session closed a regular file whose data it
+	// is still writing (it flushes after the close returned): other
+	// sessions' lookups, getattrs, opens and block reads of the file wait
+	// until the session's next final block commit (or SetUnhold) clears
+	// the hold, or HoldFor passes. It changes no attribute and no time.
+	SetHold
+	// SetUnhold clears the calling session's hold (its flush failed).
+	SetUnhold
 )
+
+// HoldFor bounds how long a hold keeps other sessions waiting: a session
+// that dies with its data unwritten leaves the file as it was, readable
+// again after this.
+const HoldFor = 20 * time.Second
 
 // SetAttrIn says what SetAttr changes.
 type SetAttrIn struct {
@@ -48,6 +62,12 @@ func (f *FS) SetAttr(ctx context.Context, h Handle, in SetAttrIn) (Attr, error) 
 	}
 	if in.Valid == 0 {
 		return f.GetAttr(ctx, h)
+	}
+	if in.Valid&(SetHold|SetUnhold) != 0 {
+		if in.Valid&^(SetHold|SetUnhold) != 0 || in.Valid == SetHold|SetUnhold {
+			return Attr{}, errf(syscall.EINVAL, "a data hold (%#x) goes alone, without other attribute changes", in.Valid)
+		}
+		return f.setHold(ctx, h, in.Valid == SetHold)
 	}
 	var a Attr
 	err := f.update(ctx, func(w *wtx) error {
@@ -88,6 +108,131 @@ func (f *FS) SetAttr(ctx context.Context, h Handle, in SetAttrIn) (Attr, error) 
 		return nil
 	})
 	return a, err
+}
+
+// setHold places (on) or clears the calling session's data hold on
+// regular file h (SetHold, SetUnhold).
+func (f *FS) setHold(ctx context.Context, h Handle, on bool) (Attr, error) {
+	session := SessionOf(ctx)
+	if session == 0 {
+		return Attr{}, errf(syscall.EINVAL, "a data hold needs a session")
+	}
+	var a Attr
+	changed := false
+	err := f.update(ctx, func(w *wtx) error {
+		changed = false
+		cur, n, err := w.inode(f.keys, h)
+		if err != nil {
+			return err
+		}
+		if n.Mode&sIFMT != sIFREG {
+			return errf(syscall.EINVAL, "a data hold on non-regular object %v", h)
+		}
+		switch {
+		case on:
+			n.HoldSession, n.HoldUntil = session, f.now().Add(HoldFor).UnixNano()
+		case n.HoldSession == session:
+			n.HoldSession, n.HoldUntil = 0, 0
+		default:
+			a = f.attrOf(h, n)
+			return nil
+		}
+		if err := w.setInode(f.keys, h, cur, n); err != nil {
+			return err
+		}
+		a, changed = f.attrOf(h, n), true
+		return nil
+	})
+	if err == nil && changed {
+		f.noteHold(h, on, f.now().Add(HoldFor).UnixNano())
+	}
+	return a, err
+}
+
+// noteHold records a hold on h placed (until when) or cleared here.
+func (f *FS) noteHold(h Handle, on bool, until int64) {
+	f.holdsMu.Lock()
+	defer f.holdsMu.Unlock()
+	if !on {
+		delete(f.holds, h)
+		return
+	}
+	if f.holds == nil {
+		f.holds = map[Handle]int64{}
+	}
+	f.holds[h] = until
+}
+
+// WaitHolds waits until no data hold placed here is left (each lapses
+// after HoldFor) or ctx ends: a snapshot taken after it holds the data
+// of every file closed before it began (fsclient flushes after close).
+// A hold placed through another server (before a failover) is not
+// waited for.
+func (f *FS) WaitHolds(ctx context.Context) error {
+	for {
+		f.holdsMu.Lock()
+		now := f.now().UnixNano()
+		var check []Handle
+		for h, until := range f.holds {
+			if until <= now {
+				delete(f.holds, h)
+			} else {
+				check = append(check, h)
+			}
+		}
+		f.holdsMu.Unlock()
+		left := 0
+		for _, h := range check {
+			// A hold may be gone without this FS seeing it cleared: its
+			// file was removed, or its flush failed and gave up.
+			n, err := f.headInode(ctx, h)
+			if errnoOf(err) == syscall.ENOENT || (err == nil && (n.HoldSession == 0 || n.HoldUntil <= now)) {
+				f.holdsMu.Lock()
+				delete(f.holds, h)
+				f.holdsMu.Unlock()
+				continue
+			}
+			left++
+		}
+		if left == 0 {
+			return nil
+		}
+		t := time.NewTimer(holdPoll)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("waiting for %d files' data held by their writers: %w", left, ctx.Err())
+		}
+	}
+}
+
+// heldFrom reports whether n's data is held by a session other than the
+// caller's, so that the caller must wait to read it (a snapshot's reader
+// never waits: a hold concerns the live file).
+func (f *FS) heldFrom(ctx context.Context, n *inode) bool {
+	return n.HoldSession != 0 && n.HoldSession != SessionOf(ctx) && f.readAt == headSnapshot && f.now().UnixNano() < n.HoldUntil
+}
+
+// holdPoll is how often a reader waiting on a data hold looks again.
+const holdPoll = 2 * time.Millisecond
+
+// unheld runs read, which reports whether it found its object held
+// (heldFrom), until it does not or ctx ends.
+func (f *FS) unheld(ctx context.Context, read func() (held bool, err error)) error {
+	for {
+		held, err := read()
+		if err != nil || !held {
+			return err
+		}
+		t := time.NewTimer(holdPoll)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("waiting for another client to write the file's data: %w", ctx.Err())
+		}
+	}
 }
 
 // errNeedCopy asks truncate to copy a shared boundary block first.

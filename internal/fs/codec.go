@@ -138,6 +138,9 @@ func (d *decoder) boolean() bool { return d.bounded(1, "flag") == 1 }
 
 func (d *decoder) handle() Handle { return Handle{D: d.u(), C: d.u()} }
 
+// more reports whether bytes are left (optional trailing fields).
+func (d *decoder) more() bool { return d.err == nil && len(d.b) > 0 }
+
 func (d *decoder) done() error {
 	if d.err == nil && len(d.b) != 0 {
 		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
@@ -255,6 +258,13 @@ type inode struct {
 	NextCookie uint64 // next readdir cookie
 	FileD      uint64 // directory id new files get (see layout.go)
 	NextC      uint64 // next file id within FileD
+	// Regular files: a data hold (SetHold): session HoldSession closed the
+	// file with its data still on the way (a close answered before its
+	// flush); other sessions wait to read the file until the hold is
+	// cleared or HoldUntil (ns, the server's clock) passes. Both are left
+	// out of the encoding when zero, as in records written before holds.
+	HoldSession uint64
+	HoldUntil   int64
 }
 
 func (n *inode) encode() []byte {
@@ -281,6 +291,10 @@ func (n *inode) encode() []byte {
 	e.u(n.NextCookie)
 	e.u(n.FileD)
 	e.u(n.NextC)
+	if n.HoldSession != 0 {
+		e.u(n.HoldSession)
+		e.i(n.HoldUntil)
+	}
 	return e.b
 }
 
@@ -294,6 +308,9 @@ func decodeInode(b []byte) (*inode, error) {
 		Blob: d.guid(), BlobExists: d.boolean(), TrimFrom: d.u(),
 		Target: d.str(maxInlineSymlinkBytes, "target"),
 		Parent: d.u(), NextChild: d.u(), Entries: d.u(), NextCookie: d.u(), FileD: d.u(), NextC: d.u(),
+	}
+	if d.more() {
+		n.HoldSession, n.HoldUntil = d.u(), d.i()
 	}
 	return n, d.done()
 }

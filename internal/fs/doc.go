@@ -125,6 +125,18 @@
 // they are the first and only block of a small file, and nothing frees a
 // tract for them.
 //
+// A data hold (SetHold, attr.go) lets a client's close return before its
+// flush: the client records in the inode that its session still has the
+// file's data on the way (HoldSession, and HoldUntil, HoldFor from now by
+// the server's clock), then flushes; its flush's last commit (the one
+// with a modification time) clears the hold, or SetUnhold if the flush
+// failed. Meanwhile other sessions' Lookup, GetAttr, Open and FileBlocks
+// of the file wait (polling the cache every holdPoll), so what they see
+// after the writer's close is its data (close-to-open consistency); a
+// hold whose writer died lapses at HoldUntil, leaving the file as it was.
+// Snapshot readers never wait. A metadata server drains holds before a
+// snapshot (WaitHolds).
+//
 // # Orphans
 //
 // When an object loses its last name, the transaction that removes the

@@ -253,13 +253,17 @@ func (f *FS) FileBlocks(ctx context.Context, h Handle, starts []uint64) (FileSta
 	return st, refs, err
 }
 
-// readInodeAt reads h's inode at the FS's read snapshot.
+// readInodeAt reads h's inode at the FS's read snapshot, once no other
+// session holds its data (SetHold).
 func (f *FS) readInodeAt(ctx context.Context, h Handle) (*inode, error) {
 	var n *inode
-	err := f.view(ctx, func(tx MetaTxn, s uint64) error {
-		var err error
-		n, err = readInode(tx, f.keys, h, s)
-		return err
+	err := f.unheld(ctx, func() (bool, error) {
+		err := f.view(ctx, func(tx MetaTxn, s uint64) error {
+			var err error
+			n, err = readInode(tx, f.keys, h, s)
+			return err
+		})
+		return err == nil && f.heldFrom(ctx, n), err
 	})
 	return n, err
 }
@@ -361,6 +365,7 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 	k := f.keys
 	var frees []blockEntry
 	var out BlocksCommitted
+	unheld := false
 	err := f.update(ctx, func(w *wtx) error {
 		frees = frees[:0]
 		out = BlocksCommitted{Blocks: make([]BlockRef, len(blocks))}
@@ -454,6 +459,12 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 		if !inline {
 			in.BlobExists = true // the client created it before writing its tracts
 		}
+		unheld = false
+		if mtime != 0 && in.HoldSession == session {
+			// The commit that ends a flush: the data its close held back
+			// is there (SetHold).
+			in.HoldSession, in.HoldUntil, unheld = 0, 0, true
+		}
 		in.DataGen++
 		out.Size, out.DataGen = in.Size, in.DataGen
 		if err := f.queueFrees(w.tx, frees); err != nil {
@@ -463,6 +474,9 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 	})
 	if err != nil {
 		return BlocksCommitted{}, err
+	}
+	if unheld {
+		f.noteHold(h, false, 0)
 	}
 	f.afterDurable(ctx, func(ctx context.Context) { f.freeTracts(ctx, frees) })
 	return out, nil

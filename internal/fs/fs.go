@@ -139,6 +139,11 @@ type FS struct {
 	snapMu sync.Mutex
 	snaps  *snapCache
 
+	// holds are the data holds (SetHold) this FS placed and has not seen
+	// cleared, with when each lapses: WaitHolds waits for them.
+	holdsMu sync.Mutex
+	holds   map[Handle]int64
+
 	// deferred are orphans to reclaim once the opens of their table are
 	// known here (Config.OpensKnown; reclaimDeferred).
 	deferMu      sync.Mutex

@@ -176,28 +176,31 @@ func (f *FS) Lookup(ctx context.Context, dir Handle, name string) (Attr, error) 
 		return Attr{}, err
 	}
 	var a Attr
-	err := f.view(ctx, func(tx MetaTxn, s uint64) error {
-		x, err := readEntry(tx, f.keys, dir, name, s)
-		if err != nil {
-			return err
-		}
-		if x == nil {
-			// Tell a missing name from a missing directory.
-			dn, err := readInode(tx, f.keys, dir, s)
+	err := f.unheld(ctx, func() (held bool, err error) {
+		return held, f.view(ctx, func(tx MetaTxn, s uint64) error {
+			held = false
+			x, err := readEntry(tx, f.keys, dir, name, s)
 			if err != nil {
 				return err
 			}
-			if dn.Mode&sIFMT != sIFDIR {
-				return errf(syscall.ENOTDIR, "object %v", dir)
+			if x == nil {
+				// Tell a missing name from a missing directory.
+				dn, err := readInode(tx, f.keys, dir, s)
+				if err != nil {
+					return err
+				}
+				if dn.Mode&sIFMT != sIFDIR {
+					return errf(syscall.ENOTDIR, "object %v", dir)
+				}
+				return errf(syscall.ENOENT, "%q in %v", name, dir)
 			}
-			return errf(syscall.ENOENT, "%q in %v", name, dir)
-		}
-		n, err := readInode(tx, f.keys, x.H, s)
-		if err != nil {
-			return fmt.Errorf("%w: %q in %v names missing object %v: %w", errCorrupt, name, dir, x.H, err)
-		}
-		a = f.attrOf(x.H, n)
-		return nil
+			n, err := readInode(tx, f.keys, x.H, s)
+			if err != nil {
+				return fmt.Errorf("%w: %q in %v names missing object %v: %w", errCorrupt, name, dir, x.H, err)
+			}
+			a, held = f.attrOf(x.H, n), f.heldFrom(ctx, n)
+			return nil
+		})
 	})
 	return a, err
 }
@@ -224,13 +227,15 @@ func readEntry(tx MetaTxn, k keys, dir Handle, name string, s uint64) (*dirent, 
 // GetAttr returns h's attributes.
 func (f *FS) GetAttr(ctx context.Context, h Handle) (Attr, error) {
 	var a Attr
-	err := f.view(ctx, func(tx MetaTxn, s uint64) error {
-		n, err := readInode(tx, f.keys, h, s)
-		if err != nil {
-			return err
-		}
-		a = f.attrOf(h, n)
-		return nil
+	err := f.unheld(ctx, func() (held bool, err error) {
+		return held, f.view(ctx, func(tx MetaTxn, s uint64) error {
+			n, err := readInode(tx, f.keys, h, s)
+			if err != nil {
+				return err
+			}
+			a, held = f.attrOf(h, n), f.heldFrom(ctx, n)
+			return nil
+		})
 	})
 	return a, err
 }
