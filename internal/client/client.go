@@ -92,7 +92,8 @@ type Options struct {
 	Logger      *slog.Logger
 	// DurableMetadata makes every metadata change answered only once it is
 	// durable (no early answers to replay: internal/meta doc.go, Early
-	// replies).
+	// replies), and close return only once the file's data is written
+	// (no flushes after close: fsclient FSConfig.FlushAfterClose).
 	DurableMetadata bool
 }
 
@@ -294,7 +295,8 @@ func (c *Cluster) OpenFS(ctx context.Context, rec *dpb.FileSystem, snap uint64) 
 		return nil, fmt.Errorf("file system %q has no snapshot %d", rec.GetName(), snap)
 	}
 	m := c.meta.FileSystem(rec.GetNumber(), snap, rand.Uint64()|1)
-	fsys, err := fsclient.NewFS(fsclient.FSConfig{Meta: m, Data: data, Snapshot: snap, Logger: c.log})
+	fsys, err := fsclient.NewFS(fsclient.FSConfig{Meta: m, Data: data, Snapshot: snap, Logger: c.log,
+		FlushAfterClose: !c.opts.DurableMetadata && snap == 0})
 	if err != nil {
 		_ = m.Close(ctx)
 		return nil, err

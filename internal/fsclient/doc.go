@@ -18,6 +18,12 @@
 // Fsync, fsyncdir and syncfs (SyncMetadata) also wait until every
 // metadata change the client was answered early is durable (Syncer).
 //
+// With FSConfig.FlushAfterClose (mounts, unless --durable) a file whose
+// data goes to tracts is flushed after close returns, under a data hold
+// that makes other clients wait for it (files.go, Flushes after close;
+// fs.SetHold); the last close of a file (release), fsync, fsyncdir,
+// syncfs, rename and unmount wait for those flushes.
+//
 // fsclienttest is the model test of this API, run over every kind of
 // metadata service.
 package fsclient

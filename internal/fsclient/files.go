@@ -42,6 +42,9 @@ type file struct {
 	// Under mu (written with mu held exclusively):
 	dirty      map[uint64]*dirtyBlock
 	dirtyBytes int64
+	// late is open while a flush after close of the file waits to run
+	// (it then takes mu and closes it).
+	late chan struct{}
 
 	// The committed state this client last saw, under cacheMu. complete
 	// says blocks lists every live block (a missing start is a hole).
@@ -421,8 +424,14 @@ func (f *FS) committed(ctx context.Context, st *file) (fs.FileState, error) {
 	return s, nil
 }
 
-// Flush writes h's buffered data to the stores (close(2)).
+// Flush writes h's buffered data to the stores (close(2)); with
+// FSConfig.FlushAfterClose, a file whose data goes to tracts is flushed
+// after it returns (flushLater).
 func (f *FS) Flush(ctx context.Context, h fs.Handle) error {
+	return f.flush(ctx, h, f.cfg.FlushAfterClose)
+}
+
+func (f *FS) flush(ctx context.Context, h fs.Handle, later bool) error {
 	st := f.pin(h, false)
 	if st == nil {
 		return nil
@@ -430,20 +439,36 @@ func (f *FS) Flush(ctx context.Context, h fs.Handle) error {
 	defer f.unpin(st)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if err := f.flushLocked(ctx, st); err != nil {
-		return err
+	if later && !f.readOnly {
+		if st.late != nil {
+			return nil // the flush waiting to run takes these writes too
+		}
+		if f.canFlushLater(st) && f.flushLater(ctx, st) {
+			return nil
+		}
 	}
-	return f.sendHeldAttrs(ctx, st)
+	err := f.flushLocked(ctx, st)
+	if err == nil {
+		err = f.sendHeldAttrs(ctx, st)
+	}
+	if err != nil && st.late != nil {
+		f.unhold(st) // the late flush will find nothing to commit
+	}
+	return err
 }
 
 // Fsync flushes h's buffered writes and waits until every metadata change
 // this client was answered early is durable (Syncer): the data is durable
-// once the tract store acknowledged it.
+// once the tract store acknowledged it. A flush after close of h that
+// failed is reported here.
 func (f *FS) Fsync(ctx context.Context, h fs.Handle) error {
-	if err := f.Flush(ctx, h); err != nil {
+	if err := f.flush(ctx, h, false); err != nil {
 		return err
 	}
-	return f.SyncMetadata(ctx)
+	if err := f.SyncMetadata(ctx); err != nil {
+		return err
+	}
+	return f.takeLateErr()
 }
 
 // SyncMetadata waits until every metadata change this client was
@@ -455,13 +480,167 @@ func (f *FS) SyncMetadata(ctx context.Context) error {
 	return nil
 }
 
-// SyncAll flushes every file's buffered writes and waits for the
-// metadata (syncfs).
+// SyncClosed waits for the flushes after close and for every metadata
+// change this client was answered early to be durable (fsyncdir), and
+// reports a flush after close that failed.
+func (f *FS) SyncClosed(ctx context.Context) error {
+	if err := f.waitLate(ctx); err != nil {
+		return err
+	}
+	if err := f.SyncMetadata(ctx); err != nil {
+		return err
+	}
+	return f.takeLateErr()
+}
+
+// SyncAll flushes every file's buffered writes, waits for the flushes
+// after close and for the metadata (syncfs), and reports a flush after
+// close that failed.
 func (f *FS) SyncAll(ctx context.Context) error {
+	if err := f.waitLate(ctx); err != nil {
+		return err
+	}
 	if err := f.syncAll(ctx, false); err != nil {
 		return err
 	}
-	return f.SyncMetadata(ctx)
+	if err := f.SyncMetadata(ctx); err != nil {
+		return err
+	}
+	return f.takeLateErr()
+}
+
+// Flushes after close. POSIX makes data durable at fsync, not close, and
+// a single-threaded untar or cp waits for every close: writing each
+// file's tracts (a replicated round or two) before close returns made it
+// the largest cost of a small file. So close only places a data hold on
+// the file at its metadata server (an early answer, journaled like any
+// change) and queues the flush; the flush's last block commit clears the
+// hold. Until then other clients' lookups, getattrs and opens of the file
+// wait at the server (fs.SetHold), so close-to-open consistency holds
+// across clients; this client sees its buffered writes anyway. Fsync and
+// syncfs wait for the flushes (and report one that failed), rename waits
+// for them first (a file renamed into place is never seen without its
+// data), and so does unmount. A client that dies loses what it had not
+// flushed, as before, but now possibly after close returned: the file
+// keeps its earlier contents, and other clients wait at most fs.HoldFor
+// for it. Small files (inline) and read-only mounts never flush late.
+
+// canFlushLater reports whether st's buffered writes may be flushed after
+// close: they go to tracts (an inline file costs one early-answered
+// change, as a hold would) and the client's buffers are not too full.
+func (f *FS) canFlushLater(st *file) bool {
+	if len(st.dirty) == 0 || f.dirty.Load() > f.cfg.MaxDirtyBytes/2 {
+		return false
+	}
+	f.lateMu.Lock()
+	queued := f.late
+	f.lateMu.Unlock()
+	if queued >= maxLateFlushesQueued {
+		return false
+	}
+	st.sumMu.Lock()
+	size := st.dirtyEnd
+	st.sumMu.Unlock()
+	st.cacheMu.Lock()
+	size = max(size, st.state.Size)
+	st.cacheMu.Unlock()
+	return size > fs.MaxInlineBytes
+}
+
+// flushLater places st's hold and queues its flush, and reports whether
+// it did (if not, the caller flushes now). Callers hold st.mu.
+func (f *FS) flushLater(ctx context.Context, st *file) bool {
+	if _, err := f.md.SetAttr(ctx, st.h, fs.SetAttrIn{Valid: fs.SetHold}); err != nil {
+		f.log.Debug("a data hold was refused; flushing at close", "handle", st.h, "err", err)
+		return false
+	}
+	st.late = make(chan struct{})
+	f.filesMu.Lock()
+	st.pins++
+	f.filesMu.Unlock()
+	f.lateMu.Lock()
+	f.late++
+	f.lateMu.Unlock()
+	f.stats.LateFlushes.Add(1)
+	go f.runLate(st)
+	return true
+}
+
+// runLate runs the flush flushLater queued for st.
+func (f *FS) runLate(st *file) {
+	f.lateSlots <- struct{}{}
+	ctx, cancel := context.WithTimeout(context.Background(), lateFlushTimeout)
+	st.mu.Lock()
+	done := st.late
+	st.late = nil
+	err := f.flushLocked(ctx, st)
+	if err == nil {
+		err = f.sendHeldAttrs(ctx, st)
+	}
+	if err != nil {
+		f.unhold(st)
+	}
+	st.mu.Unlock()
+	cancel()
+	<-f.lateSlots
+	close(done)
+	f.unpin(st)
+	f.lateMu.Lock()
+	f.late--
+	if err != nil {
+		f.stats.LateFailures.Add(1)
+		f.log.Warn("a file's data, flushed after its close, could not be written; the next fsync or syncfs reports it", "handle", st.h, "err", err)
+		if f.lateErr == nil {
+			f.lateErr = fmt.Errorf("writing a file's data after its close: %w", err)
+		}
+	}
+	f.lateDone.Broadcast()
+	f.lateMu.Unlock()
+}
+
+// unhold clears st's data hold after a flush that failed (best effort:
+// the hold lapses after fs.HoldFor anyway).
+func (f *FS) unhold(st *file) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.md.SetAttr(ctx, st.h, fs.SetAttrIn{Valid: fs.SetUnhold}); err != nil && fs.Errno(err) != syscall.ENOENT && fs.Errno(err) != syscall.ESTALE {
+		f.log.Debug("clearing a data hold", "handle", st.h, "err", err)
+	}
+}
+
+// waitLate waits until every flush after close queued so far is done.
+func (f *FS) waitLate(ctx context.Context) error {
+	f.lateMu.Lock()
+	defer f.lateMu.Unlock()
+	if f.late == 0 {
+		return nil
+	}
+	stop := context.AfterFunc(ctx, func() {
+		f.lateMu.Lock()
+		f.lateDone.Broadcast()
+		f.lateMu.Unlock()
+	})
+	defer stop()
+	for f.late > 0 {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%w: waiting for %d files' data to be written: %w", syscall.EIO, f.late, err)
+		}
+		f.lateDone.Wait()
+	}
+	return nil
+}
+
+// takeLateErr returns (once) the first flush after close that failed
+// since the last call.
+func (f *FS) takeLateErr() error {
+	f.lateMu.Lock()
+	defer f.lateMu.Unlock()
+	err := f.lateErr
+	f.lateErr = nil
+	if err != nil {
+		return fmt.Errorf("%w: %w", syscall.EIO, err)
+	}
+	return nil
 }
 
 // syncAll flushes every file; with dropStale, a file another client
@@ -476,7 +655,7 @@ func (f *FS) syncAll(ctx context.Context, dropStale bool) error {
 	f.filesMu.Unlock()
 	var errs []error
 	for _, h := range all {
-		err := f.Flush(ctx, h)
+		err := f.flush(ctx, h, false)
 		if dropStale && fs.Errno(err) == syscall.ESTALE {
 			f.log.Warn("buffered writes to a removed file dropped", "err", err)
 			continue

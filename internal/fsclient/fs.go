@@ -34,6 +34,12 @@ type FSConfig struct {
 	// TractCacheBytes bounds the cache of tracts read (zero: 128 MiB,
 	// negative: none).
 	TractCacheBytes int64
+	// FlushAfterClose lets close (Flush) return before a file's data is
+	// written to tracts: it places a data hold (fs.SetHold) that makes
+	// other clients wait for the data, and flushes in the background
+	// (files.go, Flushes after close). Fsync, syncfs, rename and unmount
+	// wait for those flushes.
+	FlushAfterClose bool
 }
 
 // Defaults of FSConfig.
@@ -50,6 +56,14 @@ const (
 	// maxParallelTracts bounds the tract reads or writes one call has in
 	// flight.
 	maxParallelTracts = 32
+	// maxLateFlushes bounds the flushes after close running at once
+	// (each writes its tracts in parallel), maxLateFlushesQueued those not
+	// finished (past it, close flushes: the data a crash of the client
+	// can lose after close returned stays small); lateFlushTimeout bounds
+	// one.
+	maxLateFlushes       = 32
+	maxLateFlushesQueued = 64
+	lateFlushTimeout     = 2 * time.Minute
 	// prefetchTimeout bounds a read-ahead.
 	prefetchTimeout = 30 * time.Second
 	// readAheadTracts is how many tracts' worth past a sequential stream
@@ -91,6 +105,15 @@ type FS struct {
 	closeMu sync.Mutex
 	closed  bool
 	stats   Stats
+
+	// Flushes after close (files.go): late counts those not finished
+	// (lateMu, lateDone broadcast as each ends), lateSlots bounds those
+	// running; lateErr is the first that failed since a sync reported it.
+	lateMu    sync.Mutex
+	lateDone  *sync.Cond
+	late      int
+	lateErr   error
+	lateSlots chan struct{}
 }
 
 // Stats counts what an FS did (fields only grow).
@@ -101,6 +124,9 @@ type Stats struct {
 	// InlineCommits counts flushes of small files whose bytes went into
 	// the metadata.
 	InlineCommits atomic.Int64
+	// LateFlushes counts flushes run after close returned; LateFailures
+	// those that failed (reported by the next fsync or syncfs).
+	LateFlushes, LateFailures atomic.Int64
 }
 
 // NewFS returns a client of the file system cfg.Meta serves.
@@ -130,11 +156,14 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	if err := fs.CheckTractSize(ts); err != nil {
 		return nil, err
 	}
-	return &FS{
+	f := &FS{
 		cfg: cfg, md: cfg.Meta, data: cfg.Data, log: cfg.Logger, now: cfg.Clock, tractSize: ts,
 		readOnly: cfg.ReadOnly || cfg.Snapshot != 0, tracts: newTractCache(cfg.TractCacheBytes),
 		files: map[fs.Handle]*file{}, bare: map[fs.Handle]time.Time{},
-	}, nil
+		lateSlots: make(chan struct{}, maxLateFlushes),
+	}
+	f.lateDone = sync.NewCond(&f.lateMu)
+	return f, nil
 }
 
 // Close flushes every buffered write (a file removed meanwhile by another
@@ -147,7 +176,7 @@ func (f *FS) Close(ctx context.Context) error {
 		return nil
 	}
 	f.closed = true
-	return errors.Join(f.syncAll(ctx, true), f.SyncMetadata(ctx))
+	return errors.Join(f.waitLate(ctx), f.syncAll(ctx, true), f.SyncMetadata(ctx))
 }
 
 // Snapshot returns the snapshot the FS reads (0: the live file system).
@@ -252,7 +281,7 @@ func (f *FS) SetAttr(ctx context.Context, h fs.Handle, in fs.SetAttrIn) (fs.Attr
 	if in.Valid&(fs.SetSize|fs.SetMtime|fs.SetMtimeNow) != 0 || f.heldAttrs(h) {
 		// Buffered data first (a flush must not undo the change), and
 		// held attribute changes before this one.
-		if err := f.Flush(ctx, h); err != nil {
+		if err := f.flush(ctx, h, false); err != nil {
 			return fs.Attr{}, err
 		}
 	}
@@ -376,8 +405,15 @@ func (f *FS) Rmdir(ctx context.Context, dir fs.Handle, name string) error {
 }
 
 // Rename moves srcName in srcDir to dstName in dstDir (fs.FS.Rename).
+// It first waits for the flushes of files closed before (as ext4 does for
+// a rename over a file): a file written, closed and renamed into place
+// never shows up under its new name without its data, even after a
+// crash of this client.
 func (f *FS) Rename(ctx context.Context, srcDir fs.Handle, srcName string, dstDir fs.Handle, dstName string, flags uint32) error {
 	if err := f.writable(); err != nil {
+		return err
+	}
+	if err := f.waitLate(ctx); err != nil {
 		return err
 	}
 	defer f.forgetAttrs()
@@ -467,14 +503,19 @@ func (f *FS) Open(ctx context.Context, h fs.Handle) (fs.Attr, error) {
 
 // Release closes one open handle of h: it flushes what is buffered and, at
 // the client's last close of h, tells the metadata service (which reclaims
-// a file that lost its last name once nobody holds it).
+// a file that lost its last name once nobody holds it). The last close
+// flushes now, a flush after close included: a reclaim must not run while
+// the file's blocks are still being committed.
 func (f *FS) Release(ctx context.Context, h fs.Handle) error {
 	st := f.pin(h, false)
 	if st == nil {
 		return nil
 	}
 	defer f.unpin(st)
-	err := f.Flush(ctx, h)
+	f.filesMu.Lock()
+	later := st.opens > 1 && f.cfg.FlushAfterClose
+	f.filesMu.Unlock()
+	err := f.flush(ctx, h, later)
 	f.filesMu.Lock()
 	last := st.opens == 1
 	if st.opens > 0 {

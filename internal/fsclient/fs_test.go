@@ -28,14 +28,18 @@ type local struct {
 	session atomic.Uint64
 	nextSn  uint64
 	main    *fsclient.FS
+	late    bool // clients flush after close
 }
 
-func newLocal(t testing.TB, tractSize int) *local {
+func newLocal(t testing.TB, tractSize int) *local { return newLocalLate(t, tractSize, false) }
+
+// newLocalLate is newLocal with clients that flush after close (late).
+func newLocalLate(t testing.TB, tractSize int, late bool) *local {
 	t.Helper()
 	var ns atomic.Int64
 	ns.Store(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	l := &local{t: t, meta: fs.NewMemMeta(1), data: fs.NewMemData(tractSize), num: 7,
-		clock: func() time.Time { return time.Unix(0, ns.Add(1000)) }}
+		clock: func() time.Time { return time.Unix(0, ns.Add(1000)) }, late: late}
 	ctx := context.Background()
 	if err := fs.Format(ctx, l.meta, l.num, fs.DefaultLayout, l.clock()); err != nil {
 		t.Fatal(err)
@@ -58,7 +62,7 @@ func (l *local) open(snapshot uint64) *fs.FS {
 func (l *local) client(engine *fs.FS, snapshot uint64) *fsclient.FS {
 	l.t.Helper()
 	c, err := fsclient.NewFS(fsclient.FSConfig{Meta: fsclient.Local{FS: engine, Session: l.session.Add(1)}, Data: l.data,
-		Snapshot: snapshot, Clock: l.clock})
+		Snapshot: snapshot, Clock: l.clock, FlushAfterClose: l.late && snapshot == 0})
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -69,6 +73,10 @@ func (l *local) client(engine *fs.FS, snapshot uint64) *fsclient.FS {
 func (l *local) FS() *fsclient.FS { return l.main }
 
 func (l *local) CreateSnapshot(ctx context.Context, name string) (uint64, error) {
+	// As a metadata server's drain does: data closed before is in.
+	if err := l.engine.WaitHolds(ctx); err != nil {
+		return 0, err
+	}
 	l.nextSn++
 	return l.nextSn, l.engine.CreateSnapshot(ctx, l.nextSn, name)
 }
@@ -111,9 +119,13 @@ func TestModel(t *testing.T) {
 	if testing.Short() {
 		steps = 800
 	}
-	for _, tractSize := range []int{64 << 10, 1 << 20} {
-		t.Run(fmt.Sprintf("tract=%d", tractSize), func(t *testing.T) {
-			l := newLocal(t, tractSize)
+	for _, c := range []struct {
+		tractSize int
+		late      bool
+	}{{64 << 10, false}, {1 << 20, false}, {64 << 10, true}} {
+		tractSize := c.tractSize
+		t.Run(fmt.Sprintf("tract=%d/late=%v", tractSize, c.late), func(t *testing.T) {
+			l := newLocalLate(t, tractSize, c.late)
 			l.meta.SetConflictRate(0.05)
 			rep := fsclienttest.Run(t, l, fsclienttest.Options{Seed: seed + uint64(tractSize), Steps: steps,
 				DataTracts: func() int { _, tracts, _ := l.data.Usage(); return tracts }})
@@ -319,5 +331,96 @@ func TestReadAhead(t *testing.T) {
 	}
 	if c.ReadAheads.Load() != before {
 		t.Fatal("random reads started a read-ahead")
+	}
+}
+
+// slowData delays (and, while fail is set, fails) tract writes.
+type slowData struct {
+	fs.DataStore
+	delay time.Duration
+	fail  atomic.Bool
+}
+
+func (d *slowData) WriteTract(ctx context.Context, g fs.GUID, i uint64, data []byte) error {
+	time.Sleep(d.delay)
+	if d.fail.Load() && data != nil {
+		return fmt.Errorf("injected: %w", syscall.EIO)
+	}
+	return d.DataStore.WriteTract(ctx, g, i, data)
+}
+
+// TestFlushAfterClose: a writer's close returns before its data reaches
+// the tracts; another client's open of the file waits for the data (the
+// hold) and sees all of it (close-to-open); a flush that fails is
+// reported by the writer's next fsync, and its hold is cleared.
+func TestFlushAfterClose(t *testing.T) {
+	ctx := context.Background()
+	l := newLocal(t, 64<<10)
+	data := &slowData{DataStore: l.data, delay: 300 * time.Millisecond}
+	newClient := func(late bool) *fsclient.FS {
+		c, err := fsclient.NewFS(fsclient.FSConfig{Meta: fsclient.Local{FS: l.engine, Session: l.session.Add(1)}, Data: data,
+			Clock: l.clock, FlushAfterClose: late})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	writer, reader := newClient(true), newClient(false)
+	want := bytes.Repeat([]byte("late flush "), 20000) // 220 KB: tracts, not inline
+	a := must[fs.Attr](t)(writer.Create(ctx, fs.RootHandle, "f", 0o644, fs.Cred{}))
+	if _, err := writer.Write(ctx, a.Handle, 0, want); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := writer.Flush(ctx, a.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d >= data.delay {
+		t.Fatalf("close took %v: it waited for the tract writes (%v each)", d, data.delay)
+	}
+	// The writer sees its data at once; the reader once it is there.
+	got := make([]byte, len(want)+10)
+	if n, err := writer.Read(ctx, a.Handle, 0, got); err != nil || !bytes.Equal(got[:n], want) {
+		t.Fatalf("the writer reads %d bytes (%v) after its close", n, err)
+	}
+	ra := must[fs.Attr](t)(reader.Lookup(ctx, fs.RootHandle, "f"))
+	if ra.Size != uint64(len(want)) {
+		t.Fatalf("another client sees size %d after the close, want %d", ra.Size, len(want))
+	}
+	must[fs.Attr](t)(reader.Open(ctx, ra.Handle))
+	if n, err := reader.Read(ctx, ra.Handle, 0, got); err != nil || !bytes.Equal(got[:n], want) {
+		t.Fatalf("another client reads %d bytes (%v) after the close, want %d", n, err, len(want))
+	}
+	if err := reader.Release(ctx, ra.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.Release(ctx, a.Handle); err != nil {
+		t.Fatal(err)
+	}
+
+	// A flush after close that fails: fsync says so (once); the hold is
+	// gone, so other clients read the file as it was.
+	data.fail.Store(true)
+	b := must[fs.Attr](t)(writer.Create(ctx, fs.RootHandle, "g", 0o644, fs.Cred{}))
+	if _, err := writer.Write(ctx, b.Handle, 0, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.Flush(ctx, b.Handle); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, writer.SyncClosed(ctx), syscall.EIO)
+	if err := writer.SyncClosed(ctx); err != nil {
+		t.Fatalf("a failed flush reported twice: %v", err)
+	}
+	data.fail.Store(false)
+	ctx2, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if rb, err := reader.Lookup(ctx2, fs.RootHandle, "g"); err != nil || rb.Size != 0 {
+		t.Fatalf("after a failed flush another client sees %+v, %v: want the empty file, at once", rb, err)
+	}
+	_ = writer.Release(ctx, b.Handle)
+	if rep, err := l.Check(ctx); err != nil || !rep.OK() {
+		t.Fatalf("check: %v %+v", err, rep)
 	}
 }

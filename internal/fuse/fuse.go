@@ -686,11 +686,14 @@ var (
 )
 
 // Fsyncdir implements FileFsyncdirer: every metadata change this mount
-// was answered early becomes durable (fsclient.FS.SyncMetadata).
+// was answered early becomes durable, and so does the data of every file
+// it closed (fsclient.FS.SyncClosed). Linux does not pass syncfs(2) on
+// to a FUSE file system, so this is how a program makes all it wrote
+// durable at once.
 func (d *dirHandle) Fsyncdir(ctx context.Context, _ uint32) syscall.Errno {
 	ctx, cancel := opContext(ctx)
 	defer cancel()
-	return d.n.r.errno("fsyncdir", d.n.r.fsys.SyncMetadata(ctx))
+	return d.n.r.errno("fsyncdir", d.n.r.fsys.SyncClosed(ctx))
 }
 
 // Lookup implements FileLookuper: READDIRPLUS asks for the entry just

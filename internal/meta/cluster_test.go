@@ -179,7 +179,7 @@ func (x *clusterFS) mountMD(snap uint64) (*fsclient.FS, *FSClient) {
 	x.c.t.Helper()
 	x.session++
 	m := x.c.client.FileSystem(x.f, snap, rand.Uint64()|1)
-	fsys, err := fsclient.NewFS(fsclient.FSConfig{Meta: m, Data: x.c.data, Snapshot: snap})
+	fsys, err := fsclient.NewFS(fsclient.FSConfig{Meta: m, Data: x.c.data, Snapshot: snap, FlushAfterClose: snap == 0})
 	if err != nil {
 		x.c.t.Fatal(err)
 	}

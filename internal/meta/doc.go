@@ -170,7 +170,9 @@
 //     handover that drained the table (move, split, borrow, a stopping
 //     server) marks its header Clean and needs no gate. Snapshots drain
 //     the owners before freezing (TablesRequest DRAIN), so nothing
-//     answered early is missing from a snapshot taken after.
+//     answered early is missing from a snapshot taken after; the drain
+//     first waits for the data holds its server placed (fs.WaitHolds:
+//     files whose close returned before their data was written).
 //
 // Group commits of entries answered early are spaced by
 // Limits.CommitInterval so more share one MPSC; an entry someone waits

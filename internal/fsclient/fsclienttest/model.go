@@ -105,6 +105,9 @@ func Run(t testing.TB, sys System, o Options) Report {
 		}
 	}
 	r.open = map[int]*openFile{}
+	// Flushes after close (fsclient FSConfig.FlushAfterClose) land before
+	// the stores are checked.
+	r.check("syncfs", r.f.SyncAll(r.ctx), 0)
 	r.compare("end", r.f, r.m)
 	for n, sm := range r.snaps {
 		r.compare(fmt.Sprintf("snapshot %d", n), sys.OpenSnapshot(t, n), sm)
