@@ -436,7 +436,7 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 		}
 		in.Size = max(in.Size, size)
 		if mtime != 0 {
-			in.Mtime, in.Ctime = mtime, mtime
+			in.Mtime, in.Ctime = mtime, max(in.Ctime, mtime) // a change made since the writes (a chmod after close) keeps its time
 		}
 		if a := c.Attrs; a.Valid != 0 {
 			if a.Valid&SetMode != 0 {

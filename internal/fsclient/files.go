@@ -207,7 +207,9 @@ func (st *file) overlayLocked(a *fs.Attr) {
 	if st.hasDirty {
 		a.Size = max(a.Size, st.dirtyEnd)
 		a.Mtime = timeOf(st.dirtyMtime)
-		a.Ctime = a.Mtime
+		if a.Mtime.After(a.Ctime) {
+			a.Ctime = a.Mtime
+		}
 		a.Blocks = (a.Size + 511) / 512
 	}
 	p := st.pend
