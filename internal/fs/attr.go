@@ -438,7 +438,7 @@ func (f *FS) trim(ctx context.Context, h Handle) error {
 		if err != nil {
 			return err
 		}
-		f.afterDurable(ctx, func(ctx context.Context) { f.freeTracts(ctx, frees) })
+		f.freeTractsWhenDurable(ctx, frees)
 	}
 }
 

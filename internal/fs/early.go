@@ -114,5 +114,16 @@ func (f *FS) afterDurable(ctx context.Context, fn func(ctx context.Context)) {
 	}()
 }
 
+// freeTractsWhenDurable frees the tracts of es once the operation that
+// queued them is durable. With none to free it does nothing: a waiter
+// would make the store commit at once (WaitDurable hurries it), and a
+// commit per flush would undo the store's group commit.
+func (f *FS) freeTractsWhenDurable(ctx context.Context, es []blockEntry) {
+	if len(es) == 0 {
+		return
+	}
+	f.afterDurable(ctx, func(ctx context.Context) { f.freeTracts(ctx, es) })
+}
+
 // durableWait bounds afterDurable's background work.
 const durableWait = time.Minute

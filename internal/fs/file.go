@@ -478,7 +478,7 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 	if unheld {
 		f.noteHold(h, false, 0)
 	}
-	f.afterDurable(ctx, func(ctx context.Context) { f.freeTracts(ctx, frees) })
+	f.freeTractsWhenDurable(ctx, frees)
 	return out, nil
 }
 
