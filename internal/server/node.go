@@ -157,7 +157,11 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 	}
 
 	health := newHealth(cfg.NodeID, cfg.ClusterID)
-	n.grpcServer = grpc.NewServer(serverOptions(cfg, logger, inj)...)
+	rm := newRPCMetrics()
+	if err := rm.register(reg); err != nil {
+		return n, fmt.Errorf("register metrics: %w", err)
+	}
+	n.grpcServer = grpc.NewServer(serverOptions(cfg, logger, inj, rm)...)
 	faultspb.RegisterAdminServer(n.grpcServer, faults.NewAdminServer(inj, logger))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))

@@ -106,15 +106,18 @@ func recovered(logger *slog.Logger, method string, r any) error {
 }
 
 // serverOptions are the gRPC server options of a node: interceptors in the
-// order recovery, cluster check, faults (partitions and stream faults).
-func serverOptions(cfg Config, logger *slog.Logger, inj *faults.Injector) []grpc.ServerOption {
+// order metrics, recovery, cluster check, faults (partitions and stream
+// faults).
+func serverOptions(cfg Config, logger *slog.Logger, inj *faults.Injector, rm *rpcMetrics) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(
+			rm.unaryInterceptor(),
 			recoveryUnaryServerInterceptor(logger),
 			clusterUnaryServerInterceptor(cfg.ClusterID, cfg.NodeID),
 			inj.UnaryServerInterceptor(),
 		),
 		grpc.ChainStreamInterceptor(
+			rm.streamInterceptor(),
 			recoveryStreamServerInterceptor(logger),
 			clusterStreamServerInterceptor(cfg.ClusterID, cfg.NodeID),
 			inj.StreamServerInterceptor(),
