@@ -507,15 +507,23 @@ func (f *FS) Open(ctx context.Context, h fs.Handle) (fs.Attr, error) {
 // flushes now, a flush after close included: a reclaim must not run while
 // the file's blocks are still being committed.
 func (f *FS) Release(ctx context.Context, h fs.Handle) error {
+	_, _, err := f.ReleaseGen(ctx, h)
+	return err
+}
+
+// ReleaseGen is Release that also returns h's data generation as this
+// client's flushes left it, when the client knows it without asking
+// (known): a mount keeps its page cache across its own writes with it.
+func (f *FS) ReleaseGen(ctx context.Context, h fs.Handle) (gen uint64, known bool, err error) {
 	st := f.pin(h, false)
 	if st == nil {
-		return nil
+		return 0, false, nil
 	}
 	defer f.unpin(st)
 	f.filesMu.Lock()
 	later := st.opens > 1 && f.cfg.FlushAfterClose
 	f.filesMu.Unlock()
-	err := f.flush(ctx, h, later)
+	err = f.flush(ctx, h, later)
 	f.filesMu.Lock()
 	last := st.opens == 1
 	if st.opens > 0 {
@@ -525,7 +533,10 @@ func (f *FS) Release(ctx context.Context, h fs.Handle) error {
 	if last {
 		err = errors.Join(err, f.md.Release(ctx, h))
 	}
-	return err
+	st.cacheMu.Lock()
+	gen, known = st.state.DataGen, st.known && !later
+	st.cacheMu.Unlock()
+	return gen, known, err
 }
 
 // forgetBlocks drops what the client cached of h's state and blocks.

@@ -637,12 +637,17 @@ func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
 func (h *handle) Release(context.Context) syscall.Errno {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	err := h.r.fsys.Release(ctx, h.h)
+	gen, known, err := h.r.fsys.ReleaseGen(ctx, h.h)
 	if err == nil && h.wrote.Load() {
 		// Our own flush changed the data generation; the kernel's pages
-		// are what we wrote, so they stay valid.
-		if a, aerr := h.r.fsys.GetAttr(ctx, h.h); aerr == nil {
-			h.r.sawGen(a.Ino, a.DataGen)
+		// are what we wrote, so they stay valid. The client knows the
+		// generation its flush made; ask only when it does not.
+		if !known {
+			a, aerr := h.r.fsys.GetAttr(ctx, h.h)
+			gen, known = a.DataGen, aerr == nil
+		}
+		if known {
+			h.r.sawGen(fs.InoOf(h.h), gen)
 		}
 	}
 	return h.r.errno("release", err)
