@@ -34,6 +34,8 @@ const (
 	maxBlobTracts = 1 << 40
 	// maxExtendTracts bounds one extend.
 	maxExtendTracts = 1 << 30
+	// maxBlobMetas bounds the blobs of one BlobMetas call.
+	maxBlobMetas = 4096
 	// maxRequestIDBytes bounds a blob operation's request id.
 	maxRequestIDBytes = 32
 	// recentRequests is how many mutations a blob remembers for retries.

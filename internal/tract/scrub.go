@@ -1,6 +1,7 @@
 package tract
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -148,7 +149,9 @@ func (d *disk) scrub(ctx context.Context, verify bool) (*tpb.ScrubResponse, erro
 }
 
 // reclaimDeleted deletes the data tracts whose blob no longer exists (or
-// is a later incarnation), asking each blob's metadata primary once.
+// is a later incarnation), asking each blob's metadata primary: a call per
+// primary and maxBlobMetas blobs, since a pass covers every blob the disk
+// holds tracts of.
 func (d *disk) reclaimDeleted(ctx context.Context, res *tpb.ScrubResponse) error {
 	t, err := d.svc.currentTable()
 	if err != nil {
@@ -160,29 +163,35 @@ func (d *disk) reclaimDeleted(ctx context.Context, res *tpb.ScrubResponse) error
 			byBlob[k.guid] = append(byBlob[k.guid], k)
 		}
 	}
+	byPrimary := map[ServerID][]*tpb.BlobRef{}
+	for g := range byBlob {
+		row := t.Rows[t.Locate(g, MetadataTract)]
+		byPrimary[row.Slots[0]] = append(byPrimary[row.Slots[0]], &tpb.BlobRef{Guid: bytes.Clone(g[:]), RowVersion: row.Version})
+	}
 	graceMs := d.svc.cfg.OrphanGrace.Milliseconds()
 	now := d.svc.cfg.Now().UnixMilli()
-	for g, keys := range byBlob {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		meta, gone, err := d.blobMeta(ctx, t, g)
-		if err != nil {
-			continue // unknown: judge it next time
-		}
-		for _, k := range keys {
-			unlock := d.locks.lock(k)
-			m, ok := d.store.Get(k)
-			orphan := ok && now-m.WrittenUnixMs >= graceMs && (gone || m.Incarnation != meta.GetIncarnation())
-			if orphan {
-				if err := d.store.Delete(k); err == nil {
-					res.ReclaimedTracts++
-					res.ReclaimedBytes += uint64(m.Length)
-					d.svc.m.tractsReclaimed.Add(1)
-					d.svc.m.bytesReclaimed.Add(uint64(m.Length))
+	for primary, refs := range byPrimary {
+		for len(refs) > 0 {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			n := min(len(refs), maxBlobMetas)
+			results, err := d.blobMetas(ctx, primary, refs[:n])
+			if err != nil {
+				d.log.Debug("scrubber could not ask for blob records; it judges them next time", "primary", primary, "blobs", n, "err", err)
+				refs = refs[n:]
+				continue // unknown: judge them next time
+			}
+			for i, r := range results {
+				gone := r.Code == tpb.ErrorCode_BLOB_NOT_FOUND
+				if r.Meta == nil && !gone {
+					continue // unknown: judge it next time
+				}
+				for _, k := range byBlob[GUID(refs[i].Guid)] {
+					d.reclaimIfOrphan(k, gone, r.Meta.GetIncarnation(), now, graceMs, res)
 				}
 			}
-			unlock()
+			refs = refs[n:]
 		}
 	}
 	if res.ReclaimedTracts > 0 {
@@ -191,31 +200,62 @@ func (d *disk) reclaimDeleted(ctx context.Context, res *tpb.ScrubResponse) error
 	return nil
 }
 
-// blobMeta asks the primary of a blob's metadata row for its record; gone
-// is set if the blob does not exist.
-func (d *disk) blobMeta(ctx context.Context, t *Table, g GUID) (*tpb.BlobMeta, bool, error) {
-	ri := t.Locate(g, MetadataTract)
-	row := t.Rows[ri]
-	primary := row.Slots[0]
-	req := &tpb.BlobOpRequest{Disk: primary.Disk, Guid: g[:], RowVersion: row.Version, Op: tpb.BlobOpKind_BLOB_OP_GET}
-	var resp *tpb.BlobOpResponse
-	var err error
+// reclaimIfOrphan deletes tract k if it is older than the grace and its
+// blob is gone or a later incarnation.
+func (d *disk) reclaimIfOrphan(k tractKey, gone bool, incarnation uint64, now, graceMs int64, res *tpb.ScrubResponse) {
+	unlock := d.locks.lock(k)
+	defer unlock()
+	m, ok := d.store.Get(k)
+	if !ok || now-m.WrittenUnixMs < graceMs || !(gone || m.Incarnation != incarnation) {
+		return
+	}
+	if err := d.store.Delete(k); err == nil {
+		res.ReclaimedTracts++
+		res.ReclaimedBytes += uint64(m.Length)
+		d.svc.m.tractsReclaimed.Add(1)
+		d.svc.m.bytesReclaimed.Add(uint64(m.Length))
+	}
+}
+
+// blobMetas asks primary, the primary of the blobs' metadata rows, for
+// their records (this disk itself without a call); one result per ref.
+func (d *disk) blobMetas(ctx context.Context, primary ServerID, refs []*tpb.BlobRef) ([]*tpb.BlobMetaResult, error) {
 	if primary == d.id {
-		resp, err = d.blobOp(ctx, req)
-	} else {
-		c, cerr := d.svc.peer(ctx, primary)
-		if cerr != nil {
-			return nil, false, cerr
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err = c.BlobOp(cctx, req)
-		cancel()
+		resp, err := d.answerBlobMetas(ctx, refs)
+		return resp.GetResults(), err
 	}
-	if CodeOf(err) == tpb.ErrorCode_BLOB_NOT_FOUND {
-		return nil, true, nil
-	}
+	c, err := d.svc.peer(ctx, primary)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	return resp.Meta, false, nil
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := c.BlobMetas(cctx, &tpb.BlobMetasRequest{Disk: primary.Disk, Blobs: refs})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.GetResults()) != len(refs) {
+		return nil, fmt.Errorf("tractserver %s answered %d blob records for %d asked", primary, len(resp.GetResults()), len(refs))
+	}
+	return resp.GetResults(), nil
+}
+
+// answerBlobMetas answers BlobMetas as a BlobOp GET of each blob would.
+func (d *disk) answerBlobMetas(ctx context.Context, refs []*tpb.BlobRef) (*tpb.BlobMetasResponse, error) {
+	out := &tpb.BlobMetasResponse{Results: make([]*tpb.BlobMetaResult, len(refs))}
+	for i, ref := range refs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		resp, err := d.blobOp(ctx, &tpb.BlobOpRequest{Disk: d.id.Disk, Guid: ref.GetGuid(), RowVersion: ref.GetRowVersion(), Op: tpb.BlobOpKind_BLOB_OP_GET})
+		r := &tpb.BlobMetaResult{Meta: resp.GetMeta()}
+		if err != nil {
+			r.Code, r.Message = CodeOf(err), err.Error()
+			if r.Code < 0 {
+				r.Code = tpb.ErrorCode_IO_ERROR
+			}
+		}
+		out.Results[i] = r
+	}
+	return out, nil
 }

@@ -733,3 +733,63 @@ func TestDirectoryUnreachableStopsServing(t *testing.T) {
 	c.settle()
 	checkBlob(t, cl, g, want)
 }
+
+// TestBlobMetas checks the scrubber's batched question: a record for a
+// live blob, BLOB_NOT_FOUND for a deleted one, a per-blob refusal for a
+// malformed id, and a whole-call refusal past maxBlobMetas.
+func TestBlobMetas(t *testing.T) {
+	c := newTestCluster(t, 3, 3, testTractSize)
+	cl := c.client()
+	defer cl.Close()
+	ctx := ctxT(t)
+	live := putBlob(t, cl, randomTracts(1, 80), 0)
+	gone := putBlob(t, cl, randomTracts(1, 81), 0)
+	if err := cl.DeleteBlob(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(g GUID, refs ...*tpb.BlobRef) (*tpb.BlobMetasResponse, error) {
+		tab := c.table()
+		row := tab.Rows[tab.Locate(g, MetadataTract)]
+		cc, err := c.dial(c.nodes[row.Slots[0].Node].addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tpb.NewTractServerClient(cc).BlobMetas(ctx, &tpb.BlobMetasRequest{Disk: row.Slots[0].Disk, Blobs: refs})
+	}
+	ref := func(g GUID) *tpb.BlobRef {
+		tab := c.table()
+		return &tpb.BlobRef{Guid: bytes.Clone(g[:]), RowVersion: tab.Rows[tab.Locate(g, MetadataTract)].Version}
+	}
+	resp, err := ask(live, ref(live), &tpb.BlobRef{Guid: []byte("short")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Results) != 2 {
+		t.Fatalf("%d results for 2 blobs", len(resp.Results))
+	}
+	b, err := cl.OpenBlob(ctx, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.Results[0]; r.Meta == nil || r.Code != tpb.ErrorCode_OK || r.Meta.Incarnation != b.Info().Incarnation {
+		t.Fatalf("live blob: %v; want its record (incarnation %d)", r, b.Info().Incarnation)
+	}
+	if r := resp.Results[1]; r.Meta != nil || r.Code != tpb.ErrorCode_INVALID_ARGUMENT {
+		t.Fatalf("malformed id: %v; want INVALID_ARGUMENT", r)
+	}
+	resp, err = ask(gone, ref(gone))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.Results[0]; r.Meta != nil || r.Code != tpb.ErrorCode_BLOB_NOT_FOUND {
+		t.Fatalf("deleted blob: %v; want BLOB_NOT_FOUND", r)
+	}
+	many := make([]*tpb.BlobRef, maxBlobMetas+1)
+	for i := range many {
+		many[i] = ref(live)
+	}
+	if _, err := ask(live, many...); CodeOf(err) != tpb.ErrorCode_INVALID_ARGUMENT {
+		t.Fatalf("%d blobs in one call: %v; want INVALID_ARGUMENT", len(many), err)
+	}
+	checkBlob(t, cl, live, randomTracts(1, 80))
+}

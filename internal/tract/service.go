@@ -344,6 +344,19 @@ func (s *Service) BlobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.Blob
 	return resp, toStatus(ctx, err)
 }
 
+// BlobMetas implements tractpb.TractServerServer.
+func (s *Service) BlobMetas(ctx context.Context, req *tpb.BlobMetasRequest) (*tpb.BlobMetasResponse, error) {
+	d, err := s.disk(req.Disk)
+	if err != nil {
+		return nil, toStatus(ctx, err)
+	}
+	if len(req.Blobs) > maxBlobMetas {
+		return nil, toStatus(ctx, invalidf("%d blobs in one call; at most %d (maxBlobMetas)", len(req.Blobs), maxBlobMetas))
+	}
+	resp, err := d.answerBlobMetas(ctx, req.Blobs)
+	return resp, toStatus(ctx, err)
+}
+
 // Replicate implements tractpb.TractServerServer.
 func (s *Service) Replicate(ctx context.Context, req *tpb.ReplicateRequest) (*tpb.ReplicateResponse, error) {
 	d, err := s.disk(req.Disk)

@@ -1105,6 +1105,225 @@ func (x *BlobOpResponse) GetMeta() *BlobMeta {
 	return nil
 }
 
+// BlobMetasRequest asks a tractserver, as the primary of the blobs'
+// metadata rows, for the records of many blobs at once: the scrubber's
+// check for tracts of deleted blobs, one call per primary instead of one
+// per blob.
+type BlobMetasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Disk  uint32                 `protobuf:"varint,1,opt,name=disk,proto3" json:"disk,omitempty"`
+	// At most 4096 (maxBlobMetas).
+	Blobs         []*BlobRef `protobuf:"bytes,2,rep,name=blobs,proto3" json:"blobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlobMetasRequest) Reset() {
+	*x = BlobMetasRequest{}
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlobMetasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlobMetasRequest) ProtoMessage() {}
+
+func (x *BlobMetasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlobMetasRequest.ProtoReflect.Descriptor instead.
+func (*BlobMetasRequest) Descriptor() ([]byte, []int) {
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *BlobMetasRequest) GetDisk() uint32 {
+	if x != nil {
+		return x.Disk
+	}
+	return 0
+}
+
+func (x *BlobMetasRequest) GetBlobs() []*BlobRef {
+	if x != nil {
+		return x.Blobs
+	}
+	return nil
+}
+
+// BlobRef names a blob and the version of its metadata row the asker's
+// TLT has.
+type BlobRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Guid          []byte                 `protobuf:"bytes,1,opt,name=guid,proto3" json:"guid,omitempty"`
+	RowVersion    uint64                 `protobuf:"varint,2,opt,name=row_version,json=rowVersion,proto3" json:"row_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlobRef) Reset() {
+	*x = BlobRef{}
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlobRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlobRef) ProtoMessage() {}
+
+func (x *BlobRef) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlobRef.ProtoReflect.Descriptor instead.
+func (*BlobRef) Descriptor() ([]byte, []int) {
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BlobRef) GetGuid() []byte {
+	if x != nil {
+		return x.Guid
+	}
+	return nil
+}
+
+func (x *BlobRef) GetRowVersion() uint64 {
+	if x != nil {
+		return x.RowVersion
+	}
+	return 0
+}
+
+type BlobMetasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per asked blob, in the request's order.
+	Results       []*BlobMetaResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlobMetasResponse) Reset() {
+	*x = BlobMetasResponse{}
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlobMetasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlobMetasResponse) ProtoMessage() {}
+
+func (x *BlobMetasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlobMetasResponse.ProtoReflect.Descriptor instead.
+func (*BlobMetasResponse) Descriptor() ([]byte, []int) {
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BlobMetasResponse) GetResults() []*BlobMetaResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BlobMetaResult is one blob's answer: its record (it exists), or the
+// refusal a BlobOp GET would have given (BLOB_NOT_FOUND: it does not
+// exist; any other code: this server cannot say now).
+type BlobMetaResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Meta          *BlobMeta              `protobuf:"bytes,1,opt,name=meta,proto3" json:"meta,omitempty"`
+	Code          ErrorCode              `protobuf:"varint,2,opt,name=code,proto3,enum=arbor.tract.v1.ErrorCode" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlobMetaResult) Reset() {
+	*x = BlobMetaResult{}
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlobMetaResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlobMetaResult) ProtoMessage() {}
+
+func (x *BlobMetaResult) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlobMetaResult.ProtoReflect.Descriptor instead.
+func (*BlobMetaResult) Descriptor() ([]byte, []int) {
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BlobMetaResult) GetMeta() *BlobMeta {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+func (x *BlobMetaResult) GetCode() ErrorCode {
+	if x != nil {
+		return x.Code
+	}
+	return ErrorCode_OK
+}
+
+func (x *BlobMetaResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // ReplicateRequest is sent by a row's primary to the other members (and
 // pending entries): install this version of the tract if it is newer.
 type ReplicateRequest struct {
@@ -1121,7 +1340,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[12]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1352,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[12]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1365,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{12}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReplicateRequest) GetDisk() uint32 {
@@ -1199,7 +1418,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[13]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1430,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[13]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1443,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{13}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{17}
 }
 
 type TractEntry struct {
@@ -1240,7 +1459,7 @@ type TractEntry struct {
 
 func (x *TractEntry) Reset() {
 	*x = TractEntry{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[14]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1471,7 @@ func (x *TractEntry) String() string {
 func (*TractEntry) ProtoMessage() {}
 
 func (x *TractEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[14]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1484,7 @@ func (x *TractEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TractEntry.ProtoReflect.Descriptor instead.
 func (*TractEntry) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{14}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TractEntry) GetGuid() []byte {
@@ -1321,7 +1540,7 @@ type ListRowRequest struct {
 
 func (x *ListRowRequest) Reset() {
 	*x = ListRowRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[15]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1552,7 @@ func (x *ListRowRequest) String() string {
 func (*ListRowRequest) ProtoMessage() {}
 
 func (x *ListRowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[15]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1565,7 @@ func (x *ListRowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRowRequest.ProtoReflect.Descriptor instead.
 func (*ListRowRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{15}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListRowRequest) GetDisk() uint32 {
@@ -1424,7 +1643,7 @@ type ListRowResponse struct {
 
 func (x *ListRowResponse) Reset() {
 	*x = ListRowResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[16]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1655,7 @@ func (x *ListRowResponse) String() string {
 func (*ListRowResponse) ProtoMessage() {}
 
 func (x *ListRowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[16]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1668,7 @@ func (x *ListRowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRowResponse.ProtoReflect.Descriptor instead.
 func (*ListRowResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{16}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListRowResponse) GetEntries() []*TractEntry {
@@ -1485,7 +1704,7 @@ type FetchTractRequest struct {
 
 func (x *FetchTractRequest) Reset() {
 	*x = FetchTractRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[17]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1716,7 @@ func (x *FetchTractRequest) String() string {
 func (*FetchTractRequest) ProtoMessage() {}
 
 func (x *FetchTractRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[17]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1729,7 @@ func (x *FetchTractRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchTractRequest.ProtoReflect.Descriptor instead.
 func (*FetchTractRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{17}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FetchTractRequest) GetDisk() uint32 {
@@ -1552,7 +1771,7 @@ type FetchTractResponse struct {
 
 func (x *FetchTractResponse) Reset() {
 	*x = FetchTractResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[18]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1783,7 @@ func (x *FetchTractResponse) String() string {
 func (*FetchTractResponse) ProtoMessage() {}
 
 func (x *FetchTractResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[18]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1796,7 @@ func (x *FetchTractResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchTractResponse.ProtoReflect.Descriptor instead.
 func (*FetchTractResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{18}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FetchTractResponse) GetFound() bool {
@@ -1613,7 +1832,7 @@ type SyncRowRequest struct {
 
 func (x *SyncRowRequest) Reset() {
 	*x = SyncRowRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[19]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1844,7 @@ func (x *SyncRowRequest) String() string {
 func (*SyncRowRequest) ProtoMessage() {}
 
 func (x *SyncRowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[19]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1857,7 @@ func (x *SyncRowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRowRequest.ProtoReflect.Descriptor instead.
 func (*SyncRowRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{19}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SyncRowRequest) GetDisk() uint32 {
@@ -1670,7 +1889,7 @@ type SyncRowResponse struct {
 
 func (x *SyncRowResponse) Reset() {
 	*x = SyncRowResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[20]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1901,7 @@ func (x *SyncRowResponse) String() string {
 func (*SyncRowResponse) ProtoMessage() {}
 
 func (x *SyncRowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[20]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1914,7 @@ func (x *SyncRowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRowResponse.ProtoReflect.Descriptor instead.
 func (*SyncRowResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{20}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{24}
 }
 
 type StatusRequest struct {
@@ -1709,7 +1928,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[21]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1940,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[21]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1953,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{21}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatusRequest) GetAllRows() bool {
@@ -1765,7 +1984,7 @@ type RowStatus struct {
 
 func (x *RowStatus) Reset() {
 	*x = RowStatus{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[22]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1996,7 @@ func (x *RowStatus) String() string {
 func (*RowStatus) ProtoMessage() {}
 
 func (x *RowStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[22]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +2009,7 @@ func (x *RowStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowStatus.ProtoReflect.Descriptor instead.
 func (*RowStatus) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{22}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RowStatus) GetRow() uint32 {
@@ -1877,7 +2096,7 @@ type DiskStatus struct {
 
 func (x *DiskStatus) Reset() {
 	*x = DiskStatus{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[23]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2108,7 @@ func (x *DiskStatus) String() string {
 func (*DiskStatus) ProtoMessage() {}
 
 func (x *DiskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[23]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2121,7 @@ func (x *DiskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskStatus.ProtoReflect.Descriptor instead.
 func (*DiskStatus) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{23}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DiskStatus) GetDisk() uint32 {
@@ -1988,7 +2207,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[24]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2219,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[24]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2232,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{24}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StatusResponse) GetNodeId() uint64 {
@@ -2056,7 +2275,7 @@ type ScrubRequest struct {
 
 func (x *ScrubRequest) Reset() {
 	*x = ScrubRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[25]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2287,7 @@ func (x *ScrubRequest) String() string {
 func (*ScrubRequest) ProtoMessage() {}
 
 func (x *ScrubRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[25]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2300,7 @@ func (x *ScrubRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubRequest.ProtoReflect.Descriptor instead.
 func (*ScrubRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{25}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ScrubRequest) GetDisk() uint32 {
@@ -2112,7 +2331,7 @@ type ScrubResponse struct {
 
 func (x *ScrubResponse) Reset() {
 	*x = ScrubResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[26]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2343,7 @@ func (x *ScrubResponse) String() string {
 func (*ScrubResponse) ProtoMessage() {}
 
 func (x *ScrubResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[26]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2356,7 @@ func (x *ScrubResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubResponse.ProtoReflect.Descriptor instead.
 func (*ScrubResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{26}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ScrubResponse) GetCheckedTracts() uint64 {
@@ -2196,7 +2415,7 @@ type ListBlobsRequest struct {
 
 func (x *ListBlobsRequest) Reset() {
 	*x = ListBlobsRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[27]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2427,7 @@ func (x *ListBlobsRequest) String() string {
 func (*ListBlobsRequest) ProtoMessage() {}
 
 func (x *ListBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[27]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2440,7 @@ func (x *ListBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBlobsRequest.ProtoReflect.Descriptor instead.
 func (*ListBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{27}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListBlobsRequest) GetDisk() uint32 {
@@ -2262,7 +2481,7 @@ type BlobEntry struct {
 
 func (x *BlobEntry) Reset() {
 	*x = BlobEntry{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[28]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2493,7 @@ func (x *BlobEntry) String() string {
 func (*BlobEntry) ProtoMessage() {}
 
 func (x *BlobEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[28]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2506,7 @@ func (x *BlobEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobEntry.ProtoReflect.Descriptor instead.
 func (*BlobEntry) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{28}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BlobEntry) GetGuid() []byte {
@@ -2314,7 +2533,7 @@ type ListBlobsResponse struct {
 
 func (x *ListBlobsResponse) Reset() {
 	*x = ListBlobsResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[29]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2545,7 @@ func (x *ListBlobsResponse) String() string {
 func (*ListBlobsResponse) ProtoMessage() {}
 
 func (x *ListBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[29]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2558,7 @@ func (x *ListBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBlobsResponse.ProtoReflect.Descriptor instead.
 func (*ListBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{29}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListBlobsResponse) GetBlobs() []*BlobEntry {
@@ -2366,7 +2585,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[30]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2378,7 +2597,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[30]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2391,7 +2610,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{30}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{34}
 }
 
 type RowData struct {
@@ -2406,7 +2625,7 @@ type RowData struct {
 
 func (x *RowData) Reset() {
 	*x = RowData{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[31]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2637,7 @@ func (x *RowData) String() string {
 func (*RowData) ProtoMessage() {}
 
 func (x *RowData) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[31]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2650,7 @@ func (x *RowData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowData.ProtoReflect.Descriptor instead.
 func (*RowData) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{31}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RowData) GetDisk() uint32 {
@@ -2471,7 +2690,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[32]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2483,7 +2702,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[32]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2496,7 +2715,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{32}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *InventoryResponse) GetRows() []*RowData {
@@ -2580,7 +2799,20 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\a \x01(\fR\trequestId\">\n" +
 	"\x0eBlobOpResponse\x12,\n" +
-	"\x04meta\x18\x01 \x01(\v2\x18.arbor.tract.v1.BlobMetaR\x04meta\"\xb4\x01\n" +
+	"\x04meta\x18\x01 \x01(\v2\x18.arbor.tract.v1.BlobMetaR\x04meta\"U\n" +
+	"\x10BlobMetasRequest\x12\x12\n" +
+	"\x04disk\x18\x01 \x01(\rR\x04disk\x12-\n" +
+	"\x05blobs\x18\x02 \x03(\v2\x17.arbor.tract.v1.BlobRefR\x05blobs\">\n" +
+	"\aBlobRef\x12\x12\n" +
+	"\x04guid\x18\x01 \x01(\fR\x04guid\x12\x1f\n" +
+	"\vrow_version\x18\x02 \x01(\x04R\n" +
+	"rowVersion\"M\n" +
+	"\x11BlobMetasResponse\x128\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.arbor.tract.v1.BlobMetaResultR\aresults\"\x87\x01\n" +
+	"\x0eBlobMetaResult\x12,\n" +
+	"\x04meta\x18\x01 \x01(\v2\x18.arbor.tract.v1.BlobMetaR\x04meta\x12-\n" +
+	"\x04code\x18\x02 \x01(\x0e2\x19.arbor.tract.v1.ErrorCodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xb4\x01\n" +
 	"\x10ReplicateRequest\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\rR\x04disk\x12\x12\n" +
 	"\x04guid\x18\x02 \x01(\fR\x04guid\x12\x14\n" +
@@ -2719,7 +2951,7 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\rROW_ROLE_NONE\x10\x00\x12\x14\n" +
 	"\x10ROW_ROLE_PRIMARY\x10\x01\x12\x14\n" +
 	"\x10ROW_ROLE_REPLICA\x10\x02\x12\x14\n" +
-	"\x10ROW_ROLE_PENDING\x10\x032\xef\x06\n" +
+	"\x10ROW_ROLE_PENDING\x10\x032\xc1\a\n" +
 	"\vTractServer\x12S\n" +
 	"\n" +
 	"WriteTract\x12!.arbor.tract.v1.WriteTractRequest\x1a\".arbor.tract.v1.WriteTractResponse\x12P\n" +
@@ -2729,7 +2961,8 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\aListRow\x12\x1e.arbor.tract.v1.ListRowRequest\x1a\x1f.arbor.tract.v1.ListRowResponse\x12S\n" +
 	"\n" +
 	"FetchTract\x12!.arbor.tract.v1.FetchTractRequest\x1a\".arbor.tract.v1.FetchTractResponse\x12J\n" +
-	"\aSyncRow\x12\x1e.arbor.tract.v1.SyncRowRequest\x1a\x1f.arbor.tract.v1.SyncRowResponse\x12G\n" +
+	"\aSyncRow\x12\x1e.arbor.tract.v1.SyncRowRequest\x1a\x1f.arbor.tract.v1.SyncRowResponse\x12P\n" +
+	"\tBlobMetas\x12 .arbor.tract.v1.BlobMetasRequest\x1a!.arbor.tract.v1.BlobMetasResponse\x12G\n" +
 	"\x06Status\x12\x1d.arbor.tract.v1.StatusRequest\x1a\x1e.arbor.tract.v1.StatusResponse\x12D\n" +
 	"\x05Scrub\x12\x1c.arbor.tract.v1.ScrubRequest\x1a\x1d.arbor.tract.v1.ScrubResponse\x12P\n" +
 	"\tListBlobs\x12 .arbor.tract.v1.ListBlobsRequest\x1a!.arbor.tract.v1.ListBlobsResponse\x12P\n" +
@@ -2748,7 +2981,7 @@ func file_internal_tract_tractpb_tract_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_tract_tractpb_tract_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_internal_tract_tractpb_tract_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_internal_tract_tractpb_tract_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_internal_tract_tractpb_tract_proto_goTypes = []any{
 	(ErrorCode)(0),             // 0: arbor.tract.v1.ErrorCode
 	(BlobOpKind)(0),            // 1: arbor.tract.v1.BlobOpKind
@@ -2765,27 +2998,31 @@ var file_internal_tract_tractpb_tract_proto_goTypes = []any{
 	(*ReadTractResponse)(nil),  // 12: arbor.tract.v1.ReadTractResponse
 	(*BlobOpRequest)(nil),      // 13: arbor.tract.v1.BlobOpRequest
 	(*BlobOpResponse)(nil),     // 14: arbor.tract.v1.BlobOpResponse
-	(*ReplicateRequest)(nil),   // 15: arbor.tract.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),  // 16: arbor.tract.v1.ReplicateResponse
-	(*TractEntry)(nil),         // 17: arbor.tract.v1.TractEntry
-	(*ListRowRequest)(nil),     // 18: arbor.tract.v1.ListRowRequest
-	(*ListRowResponse)(nil),    // 19: arbor.tract.v1.ListRowResponse
-	(*FetchTractRequest)(nil),  // 20: arbor.tract.v1.FetchTractRequest
-	(*FetchTractResponse)(nil), // 21: arbor.tract.v1.FetchTractResponse
-	(*SyncRowRequest)(nil),     // 22: arbor.tract.v1.SyncRowRequest
-	(*SyncRowResponse)(nil),    // 23: arbor.tract.v1.SyncRowResponse
-	(*StatusRequest)(nil),      // 24: arbor.tract.v1.StatusRequest
-	(*RowStatus)(nil),          // 25: arbor.tract.v1.RowStatus
-	(*DiskStatus)(nil),         // 26: arbor.tract.v1.DiskStatus
-	(*StatusResponse)(nil),     // 27: arbor.tract.v1.StatusResponse
-	(*ScrubRequest)(nil),       // 28: arbor.tract.v1.ScrubRequest
-	(*ScrubResponse)(nil),      // 29: arbor.tract.v1.ScrubResponse
-	(*ListBlobsRequest)(nil),   // 30: arbor.tract.v1.ListBlobsRequest
-	(*BlobEntry)(nil),          // 31: arbor.tract.v1.BlobEntry
-	(*ListBlobsResponse)(nil),  // 32: arbor.tract.v1.ListBlobsResponse
-	(*InventoryRequest)(nil),   // 33: arbor.tract.v1.InventoryRequest
-	(*RowData)(nil),            // 34: arbor.tract.v1.RowData
-	(*InventoryResponse)(nil),  // 35: arbor.tract.v1.InventoryResponse
+	(*BlobMetasRequest)(nil),   // 15: arbor.tract.v1.BlobMetasRequest
+	(*BlobRef)(nil),            // 16: arbor.tract.v1.BlobRef
+	(*BlobMetasResponse)(nil),  // 17: arbor.tract.v1.BlobMetasResponse
+	(*BlobMetaResult)(nil),     // 18: arbor.tract.v1.BlobMetaResult
+	(*ReplicateRequest)(nil),   // 19: arbor.tract.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),  // 20: arbor.tract.v1.ReplicateResponse
+	(*TractEntry)(nil),         // 21: arbor.tract.v1.TractEntry
+	(*ListRowRequest)(nil),     // 22: arbor.tract.v1.ListRowRequest
+	(*ListRowResponse)(nil),    // 23: arbor.tract.v1.ListRowResponse
+	(*FetchTractRequest)(nil),  // 24: arbor.tract.v1.FetchTractRequest
+	(*FetchTractResponse)(nil), // 25: arbor.tract.v1.FetchTractResponse
+	(*SyncRowRequest)(nil),     // 26: arbor.tract.v1.SyncRowRequest
+	(*SyncRowResponse)(nil),    // 27: arbor.tract.v1.SyncRowResponse
+	(*StatusRequest)(nil),      // 28: arbor.tract.v1.StatusRequest
+	(*RowStatus)(nil),          // 29: arbor.tract.v1.RowStatus
+	(*DiskStatus)(nil),         // 30: arbor.tract.v1.DiskStatus
+	(*StatusResponse)(nil),     // 31: arbor.tract.v1.StatusResponse
+	(*ScrubRequest)(nil),       // 32: arbor.tract.v1.ScrubRequest
+	(*ScrubResponse)(nil),      // 33: arbor.tract.v1.ScrubResponse
+	(*ListBlobsRequest)(nil),   // 34: arbor.tract.v1.ListBlobsRequest
+	(*BlobEntry)(nil),          // 35: arbor.tract.v1.BlobEntry
+	(*ListBlobsResponse)(nil),  // 36: arbor.tract.v1.ListBlobsResponse
+	(*InventoryRequest)(nil),   // 37: arbor.tract.v1.InventoryRequest
+	(*RowData)(nil),            // 38: arbor.tract.v1.RowData
+	(*InventoryResponse)(nil),  // 39: arbor.tract.v1.InventoryResponse
 }
 var file_internal_tract_tractpb_tract_proto_depIdxs = []int32{
 	5,  // 0: arbor.tract.v1.BlobMeta.recent:type_name -> arbor.tract.v1.RecentRequest
@@ -2796,44 +3033,50 @@ var file_internal_tract_tractpb_tract_proto_depIdxs = []int32{
 	6,  // 5: arbor.tract.v1.ReadTractResponse.meta:type_name -> arbor.tract.v1.TractMeta
 	1,  // 6: arbor.tract.v1.BlobOpRequest.op:type_name -> arbor.tract.v1.BlobOpKind
 	4,  // 7: arbor.tract.v1.BlobOpResponse.meta:type_name -> arbor.tract.v1.BlobMeta
-	6,  // 8: arbor.tract.v1.ReplicateRequest.meta:type_name -> arbor.tract.v1.TractMeta
-	6,  // 9: arbor.tract.v1.TractEntry.meta:type_name -> arbor.tract.v1.TractMeta
-	17, // 10: arbor.tract.v1.ListRowResponse.entries:type_name -> arbor.tract.v1.TractEntry
-	25, // 11: arbor.tract.v1.ListRowResponse.row:type_name -> arbor.tract.v1.RowStatus
-	6,  // 12: arbor.tract.v1.FetchTractResponse.meta:type_name -> arbor.tract.v1.TractMeta
-	2,  // 13: arbor.tract.v1.RowStatus.role:type_name -> arbor.tract.v1.RowRole
-	25, // 14: arbor.tract.v1.DiskStatus.rows:type_name -> arbor.tract.v1.RowStatus
-	26, // 15: arbor.tract.v1.StatusResponse.disks:type_name -> arbor.tract.v1.DiskStatus
-	4,  // 16: arbor.tract.v1.BlobEntry.meta:type_name -> arbor.tract.v1.BlobMeta
-	31, // 17: arbor.tract.v1.ListBlobsResponse.blobs:type_name -> arbor.tract.v1.BlobEntry
-	34, // 18: arbor.tract.v1.InventoryResponse.rows:type_name -> arbor.tract.v1.RowData
-	9,  // 19: arbor.tract.v1.TractServer.WriteTract:input_type -> arbor.tract.v1.WriteTractRequest
-	11, // 20: arbor.tract.v1.TractServer.ReadTract:input_type -> arbor.tract.v1.ReadTractRequest
-	13, // 21: arbor.tract.v1.TractServer.BlobOp:input_type -> arbor.tract.v1.BlobOpRequest
-	15, // 22: arbor.tract.v1.TractServer.Replicate:input_type -> arbor.tract.v1.ReplicateRequest
-	18, // 23: arbor.tract.v1.TractServer.ListRow:input_type -> arbor.tract.v1.ListRowRequest
-	20, // 24: arbor.tract.v1.TractServer.FetchTract:input_type -> arbor.tract.v1.FetchTractRequest
-	22, // 25: arbor.tract.v1.TractServer.SyncRow:input_type -> arbor.tract.v1.SyncRowRequest
-	24, // 26: arbor.tract.v1.TractServer.Status:input_type -> arbor.tract.v1.StatusRequest
-	28, // 27: arbor.tract.v1.TractServer.Scrub:input_type -> arbor.tract.v1.ScrubRequest
-	30, // 28: arbor.tract.v1.TractServer.ListBlobs:input_type -> arbor.tract.v1.ListBlobsRequest
-	33, // 29: arbor.tract.v1.TractServer.Inventory:input_type -> arbor.tract.v1.InventoryRequest
-	10, // 30: arbor.tract.v1.TractServer.WriteTract:output_type -> arbor.tract.v1.WriteTractResponse
-	12, // 31: arbor.tract.v1.TractServer.ReadTract:output_type -> arbor.tract.v1.ReadTractResponse
-	14, // 32: arbor.tract.v1.TractServer.BlobOp:output_type -> arbor.tract.v1.BlobOpResponse
-	16, // 33: arbor.tract.v1.TractServer.Replicate:output_type -> arbor.tract.v1.ReplicateResponse
-	19, // 34: arbor.tract.v1.TractServer.ListRow:output_type -> arbor.tract.v1.ListRowResponse
-	21, // 35: arbor.tract.v1.TractServer.FetchTract:output_type -> arbor.tract.v1.FetchTractResponse
-	23, // 36: arbor.tract.v1.TractServer.SyncRow:output_type -> arbor.tract.v1.SyncRowResponse
-	27, // 37: arbor.tract.v1.TractServer.Status:output_type -> arbor.tract.v1.StatusResponse
-	29, // 38: arbor.tract.v1.TractServer.Scrub:output_type -> arbor.tract.v1.ScrubResponse
-	32, // 39: arbor.tract.v1.TractServer.ListBlobs:output_type -> arbor.tract.v1.ListBlobsResponse
-	35, // 40: arbor.tract.v1.TractServer.Inventory:output_type -> arbor.tract.v1.InventoryResponse
-	30, // [30:41] is the sub-list for method output_type
-	19, // [19:30] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	16, // 8: arbor.tract.v1.BlobMetasRequest.blobs:type_name -> arbor.tract.v1.BlobRef
+	18, // 9: arbor.tract.v1.BlobMetasResponse.results:type_name -> arbor.tract.v1.BlobMetaResult
+	4,  // 10: arbor.tract.v1.BlobMetaResult.meta:type_name -> arbor.tract.v1.BlobMeta
+	0,  // 11: arbor.tract.v1.BlobMetaResult.code:type_name -> arbor.tract.v1.ErrorCode
+	6,  // 12: arbor.tract.v1.ReplicateRequest.meta:type_name -> arbor.tract.v1.TractMeta
+	6,  // 13: arbor.tract.v1.TractEntry.meta:type_name -> arbor.tract.v1.TractMeta
+	21, // 14: arbor.tract.v1.ListRowResponse.entries:type_name -> arbor.tract.v1.TractEntry
+	29, // 15: arbor.tract.v1.ListRowResponse.row:type_name -> arbor.tract.v1.RowStatus
+	6,  // 16: arbor.tract.v1.FetchTractResponse.meta:type_name -> arbor.tract.v1.TractMeta
+	2,  // 17: arbor.tract.v1.RowStatus.role:type_name -> arbor.tract.v1.RowRole
+	29, // 18: arbor.tract.v1.DiskStatus.rows:type_name -> arbor.tract.v1.RowStatus
+	30, // 19: arbor.tract.v1.StatusResponse.disks:type_name -> arbor.tract.v1.DiskStatus
+	4,  // 20: arbor.tract.v1.BlobEntry.meta:type_name -> arbor.tract.v1.BlobMeta
+	35, // 21: arbor.tract.v1.ListBlobsResponse.blobs:type_name -> arbor.tract.v1.BlobEntry
+	38, // 22: arbor.tract.v1.InventoryResponse.rows:type_name -> arbor.tract.v1.RowData
+	9,  // 23: arbor.tract.v1.TractServer.WriteTract:input_type -> arbor.tract.v1.WriteTractRequest
+	11, // 24: arbor.tract.v1.TractServer.ReadTract:input_type -> arbor.tract.v1.ReadTractRequest
+	13, // 25: arbor.tract.v1.TractServer.BlobOp:input_type -> arbor.tract.v1.BlobOpRequest
+	19, // 26: arbor.tract.v1.TractServer.Replicate:input_type -> arbor.tract.v1.ReplicateRequest
+	22, // 27: arbor.tract.v1.TractServer.ListRow:input_type -> arbor.tract.v1.ListRowRequest
+	24, // 28: arbor.tract.v1.TractServer.FetchTract:input_type -> arbor.tract.v1.FetchTractRequest
+	26, // 29: arbor.tract.v1.TractServer.SyncRow:input_type -> arbor.tract.v1.SyncRowRequest
+	15, // 30: arbor.tract.v1.TractServer.BlobMetas:input_type -> arbor.tract.v1.BlobMetasRequest
+	28, // 31: arbor.tract.v1.TractServer.Status:input_type -> arbor.tract.v1.StatusRequest
+	32, // 32: arbor.tract.v1.TractServer.Scrub:input_type -> arbor.tract.v1.ScrubRequest
+	34, // 33: arbor.tract.v1.TractServer.ListBlobs:input_type -> arbor.tract.v1.ListBlobsRequest
+	37, // 34: arbor.tract.v1.TractServer.Inventory:input_type -> arbor.tract.v1.InventoryRequest
+	10, // 35: arbor.tract.v1.TractServer.WriteTract:output_type -> arbor.tract.v1.WriteTractResponse
+	12, // 36: arbor.tract.v1.TractServer.ReadTract:output_type -> arbor.tract.v1.ReadTractResponse
+	14, // 37: arbor.tract.v1.TractServer.BlobOp:output_type -> arbor.tract.v1.BlobOpResponse
+	20, // 38: arbor.tract.v1.TractServer.Replicate:output_type -> arbor.tract.v1.ReplicateResponse
+	23, // 39: arbor.tract.v1.TractServer.ListRow:output_type -> arbor.tract.v1.ListRowResponse
+	25, // 40: arbor.tract.v1.TractServer.FetchTract:output_type -> arbor.tract.v1.FetchTractResponse
+	27, // 41: arbor.tract.v1.TractServer.SyncRow:output_type -> arbor.tract.v1.SyncRowResponse
+	17, // 42: arbor.tract.v1.TractServer.BlobMetas:output_type -> arbor.tract.v1.BlobMetasResponse
+	31, // 43: arbor.tract.v1.TractServer.Status:output_type -> arbor.tract.v1.StatusResponse
+	33, // 44: arbor.tract.v1.TractServer.Scrub:output_type -> arbor.tract.v1.ScrubResponse
+	36, // 45: arbor.tract.v1.TractServer.ListBlobs:output_type -> arbor.tract.v1.ListBlobsResponse
+	39, // 46: arbor.tract.v1.TractServer.Inventory:output_type -> arbor.tract.v1.InventoryResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_internal_tract_tractpb_tract_proto_init() }
@@ -2847,7 +3090,7 @@ func file_internal_tract_tractpb_tract_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_tract_tractpb_tract_proto_rawDesc), len(file_internal_tract_tractpb_tract_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   33,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	TractServer_ListRow_FullMethodName    = "/arbor.tract.v1.TractServer/ListRow"
 	TractServer_FetchTract_FullMethodName = "/arbor.tract.v1.TractServer/FetchTract"
 	TractServer_SyncRow_FullMethodName    = "/arbor.tract.v1.TractServer/SyncRow"
+	TractServer_BlobMetas_FullMethodName  = "/arbor.tract.v1.TractServer/BlobMetas"
 	TractServer_Status_FullMethodName     = "/arbor.tract.v1.TractServer/Status"
 	TractServer_Scrub_FullMethodName      = "/arbor.tract.v1.TractServer/Scrub"
 	TractServer_ListBlobs_FullMethodName  = "/arbor.tract.v1.TractServer/ListBlobs"
@@ -52,6 +53,7 @@ type TractServerClient interface {
 	ListRow(ctx context.Context, in *ListRowRequest, opts ...grpc.CallOption) (*ListRowResponse, error)
 	FetchTract(ctx context.Context, in *FetchTractRequest, opts ...grpc.CallOption) (*FetchTractResponse, error)
 	SyncRow(ctx context.Context, in *SyncRowRequest, opts ...grpc.CallOption) (*SyncRowResponse, error)
+	BlobMetas(ctx context.Context, in *BlobMetasRequest, opts ...grpc.CallOption) (*BlobMetasResponse, error)
 	// Operators, the TLT manager and tools.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	Scrub(ctx context.Context, in *ScrubRequest, opts ...grpc.CallOption) (*ScrubResponse, error)
@@ -137,6 +139,16 @@ func (c *tractServerClient) SyncRow(ctx context.Context, in *SyncRowRequest, opt
 	return out, nil
 }
 
+func (c *tractServerClient) BlobMetas(ctx context.Context, in *BlobMetasRequest, opts ...grpc.CallOption) (*BlobMetasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BlobMetasResponse)
+	err := c.cc.Invoke(ctx, TractServer_BlobMetas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *tractServerClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatusResponse)
@@ -193,6 +205,7 @@ type TractServerServer interface {
 	ListRow(context.Context, *ListRowRequest) (*ListRowResponse, error)
 	FetchTract(context.Context, *FetchTractRequest) (*FetchTractResponse, error)
 	SyncRow(context.Context, *SyncRowRequest) (*SyncRowResponse, error)
+	BlobMetas(context.Context, *BlobMetasRequest) (*BlobMetasResponse, error)
 	// Operators, the TLT manager and tools.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	Scrub(context.Context, *ScrubRequest) (*ScrubResponse, error)
@@ -228,6 +241,9 @@ func (UnimplementedTractServerServer) FetchTract(context.Context, *FetchTractReq
 }
 func (UnimplementedTractServerServer) SyncRow(context.Context, *SyncRowRequest) (*SyncRowResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SyncRow not implemented")
+}
+func (UnimplementedTractServerServer) BlobMetas(context.Context, *BlobMetasRequest) (*BlobMetasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BlobMetas not implemented")
 }
 func (UnimplementedTractServerServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
@@ -388,6 +404,24 @@ func _TractServer_SyncRow_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TractServer_BlobMetas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BlobMetasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TractServerServer).BlobMetas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TractServer_BlobMetas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TractServerServer).BlobMetas(ctx, req.(*BlobMetasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _TractServer_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -494,6 +528,10 @@ var TractServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SyncRow",
 			Handler:    _TractServer_SyncRow_Handler,
+		},
+		{
+			MethodName: "BlobMetas",
+			Handler:    _TractServer_BlobMetas_Handler,
 		},
 		{
 			MethodName: "Status",
