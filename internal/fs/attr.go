@@ -318,6 +318,11 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 							if err := w.put(key, cur, prepared.encode()); err != nil {
 								return err
 							}
+							// The copy was written before this transaction:
+							// a replay after an early answer was lost would
+							// write another and leak this one. Answer once
+							// durable.
+							requireDurable(w.tx)
 							used = true
 						default:
 							needCopy = e
