@@ -127,7 +127,9 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 	}
 	reg := prometheus.NewRegistry()
 	info := buildinfo.Get()
+	rm := newRPCMetrics()
 	for _, c := range []prometheus.Collector{
+		rm.handled, rm.seconds,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		inj.Collector(),
@@ -157,10 +159,6 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 	}
 
 	health := newHealth(cfg.NodeID, cfg.ClusterID)
-	rm := newRPCMetrics()
-	if err := rm.register(reg); err != nil {
-		return n, fmt.Errorf("register metrics: %w", err)
-	}
 	n.grpcServer = grpc.NewServer(serverOptions(cfg, logger, inj, rm)...)
 	faultspb.RegisterAdminServer(n.grpcServer, faults.NewAdminServer(inj, logger))
 	mux := http.NewServeMux()

@@ -31,15 +31,6 @@ func newRPCMetrics() *rpcMetrics {
 	}
 }
 
-func (m *rpcMetrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.handled, m.seconds} {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (m *rpcMetrics) unaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
