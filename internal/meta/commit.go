@@ -565,6 +565,16 @@ func (s *store) waitSafe(ctx context.Context, after, gen uint64, urgent bool, d 
 	return st
 }
 
+// pendingOf returns the entry that wrote key if it is not durable yet.
+func (s *store) pendingOf(key []byte) *pending {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if _, e, ok := s.kv.Get(string(key)); ok {
+		return e.pending
+	}
+	return nil
+}
+
 // ack is the Ack of an operation of this store: p is the entry it was
 // answered early at (nil: durable when answered), now the time it ran at.
 func (s *store) ack(p *pending, now time.Time) *pb.Ack {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/fs"
+	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
 )
 
 // slowPages delays every commit by delay while it is non-zero: a metadata
@@ -208,5 +209,128 @@ func TestEarlyRepliesSurviveAbort(t *testing.T) {
 func waitUnsafe(x *clusterFS, n int) {
 	for deadline := time.Now().Add(20 * time.Second); x.mainMD.Unsafe() < n && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRetryOfEarlyAnswerKeepsItsEntry: a request answered early whose
+// answer was lost on the way is sent again with the same request id; its
+// reply record is there but not durable, so the second answer must name
+// the record's entry (the client keeps the request and replays it if the
+// store loses it), not say it is durable.
+func TestRetryOfEarlyAnswerKeepsItsEntry(t *testing.T) {
+	pages, root := newMemPages(t)
+	c := newTestCluster(t, 1, func(c *testCluster) {
+		c.pages, c.root = pages, root
+		c.slow = &slowPages{PageStore: pages}
+	})
+	x := c.newFS("retry")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := x.main.Mkdir(ctx, fs.RootHandle, "d", 0o755, fs.Cred{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.main.SyncMetadata(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, release, err := x.mainMD.recorded(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	h.Early = true
+	cl := c.rawClient(c.owner(ctx, x.f, d.Handle.D))
+	req := &pb.SetAttrRequest{Header: h, Handle: handleToPB(d.Handle), Valid: fs.SetMode, Mode: 0o700}
+	c.slow.delay.Store(int64(2 * time.Second))
+	first, err := cl.SetAttr(ctx, req)
+	if err != nil || first.GetError() != nil {
+		t.Fatalf("setattr: %v %v", err, first.GetError())
+	}
+	if first.GetAck().GetSeq() == 0 || first.GetAck().GetDurable() >= first.GetAck().GetSeq() {
+		t.Fatalf("the first answer is not early: %v", first.GetAck())
+	}
+	again, err := cl.SetAttr(ctx, req)
+	if err != nil || again.GetError() != nil {
+		t.Fatalf("setattr again: %v %v", err, again.GetError())
+	}
+	if a := again.GetAck(); a.GetDurable() < first.GetAck().GetSeq() && a.GetSeq() != first.GetAck().GetSeq() {
+		t.Fatalf("the retry answered %v before the first run's entry %d is durable, without naming it", a, first.GetAck().GetSeq())
+	}
+	if got := again.GetAttr().GetMode() & 0o7777; got != 0o700 {
+		t.Fatalf("the retry answered mode %o, want 700", got)
+	}
+	c.slow.delay.Store(0)
+}
+
+// TestReplayedAnswersDoNotStaleTheDirCache: a create in a directory and a
+// chmod of it are answered early and lost with their owner; the replay
+// of the create answers with the directory as it was before the chmod,
+// and the session, which keeps the directory attributes its changes were
+// answered with, must not show that old mode after the chmod's replay.
+func TestReplayedAnswersDoNotStaleTheDirCache(t *testing.T) {
+	pages, root := newMemPages(t)
+	c := newTestCluster(t, 2, func(c *testCluster) {
+		c.pages, c.root = pages, root
+		c.slow = &slowPages{PageStore: pages}
+	})
+	x := c.newFS("dircache")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := x.main.Mkdir(ctx, fs.RootHandle, "d", 0o755, fs.Cred{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.main.SyncMetadata(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Slow commits keep the create and the chmod answered early and not
+	// durable until the owner is killed. The slowness ends on its own, so
+	// that tables still moving (the mkdir put d in a table of its own and
+	// moved it away) are acquired in the end; if that delays the two
+	// past their commits, the run is tried again.
+	for attempt := 0; ; attempt++ {
+		c.slow.delay.Store(int64(2 * time.Second))
+		time.AfterFunc(1500*time.Millisecond, func() { c.slow.delay.Store(0) })
+		a, err := x.main.Create(ctx, d.Handle, fmt.Sprintf("f%d", attempt), 0o644, fs.Cred{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.main.Release(ctx, a.Handle); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := x.main.SetAttr(ctx, d.Handle, fs.SetAttrIn{Valid: fs.SetMode, Mode: 0o700}); err != nil {
+			t.Fatal(err)
+		}
+		if x.mainMD.Unsafe() >= 2 {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("the create and the chmod were durable before the kill in %d tries", attempt+1)
+		}
+		if _, err := x.main.SetAttr(ctx, d.Handle, fs.SetAttrIn{Valid: fs.SetMode, Mode: 0o755}); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.main.SyncMetadata(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owner := c.owner(ctx, x.f, d.Handle.D)
+	c.kill(owner)
+	c.slow.delay.Store(0)
+	if err := x.main.SyncMetadata(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := x.mainMD.JournalStats(); st.Replayed < 2 || st.Failed != 0 {
+		t.Fatalf("journal %+v: want the create and the chmod replayed", st)
+	}
+	got, err := x.main.GetAttr(ctx, d.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Mode&0o7777 != 0o700 {
+		t.Fatalf("after the replays the directory shows mode %o, want 700", got.Mode&0o7777)
+	}
+	if es, err := x.main.ReadDir(ctx, d.Handle, 0, 10); err != nil || len(es) == 0 {
+		t.Fatalf("the replayed create: %v %v", es, err)
 	}
 }

@@ -75,11 +75,22 @@ type dirAttrs struct {
 // change another client made shows no later than it would anyway.
 const dirAttrFor = time.Second
 
-// sawDir records directory attributes a change answered (nil: forget h's).
-func (m *FSClient) sawDir(h fs.Handle, a *pb.Attr) {
+// forgetDir drops h's cached attributes (a change to it is on its way).
+func (m *FSClient) forgetDir(h fs.Handle) {
 	m.dirsMu.Lock()
 	defer m.dirsMu.Unlock()
-	if a == nil {
+	delete(m.dirs, h)
+}
+
+// sawDir records directory attributes a change sent with header hdr
+// answered (nil: forget h's). A replay's answer is not kept: it shows the
+// directory before the session's later changes that are replayed after
+// it (a chmod of the directory cleared its entry when it ran first, and
+// the replayed create before it would bring the old mode back).
+func (m *FSClient) sawDir(hdr *pb.Header, h fs.Handle, a *pb.Attr) {
+	m.dirsMu.Lock()
+	defer m.dirsMu.Unlock()
+	if a == nil || hdr.GetReplay() {
 		delete(m.dirs, h)
 		return
 	}
@@ -526,7 +537,7 @@ func (m *FSClient) GetAttr(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
 
 // SetAttr implements fsclient.Metadata.
 func (m *FSClient) SetAttr(ctx context.Context, hd fs.Handle, in fs.SetAttrIn) (fs.Attr, error) {
-	m.sawDir(hd, nil)
+	m.forgetDir(hd)
 	return m.attrCall(ctx, hd.D, true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.SetAttr(ctx, &pb.SetAttrRequest{Header: h, Handle: handleToPB(hd), Valid: in.Valid, Mode: in.Mode, Uid: in.Uid,
 			Gid: in.Gid, Size: in.Size, AtimeNs: in.Atime.UnixNano(), MtimeNs: in.Mtime.UnixNano(), CtimeNs: in.Ctime.UnixNano()})
@@ -542,7 +553,7 @@ func (m *FSClient) create(ctx context.Context, req *pb.CreateRequest) (fs.Attr, 
 			// A replay must give what this answer says.
 			req.Want, req.WantBlob = resp.GetAttr().GetHandle(), resp.GetAttr().GetBlob()
 		}
-		m.sawDir(dir, resp.GetDir())
+		m.sawDir(h, dir, resp.GetDir())
 		return resp, err
 	})
 }
@@ -591,7 +602,7 @@ func (m *FSClient) Readlink(ctx context.Context, hd fs.Handle) (string, error) {
 func (m *FSClient) Link(ctx context.Context, hd, dir fs.Handle, name string) (fs.Attr, error) {
 	return m.attrCall(ctx, dir.D, true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		resp, err := cl.Link(ctx, &pb.LinkRequest{Header: h, Handle: handleToPB(hd), Dir: handleToPB(dir), Name: name})
-		m.sawDir(dir, resp.GetDir())
+		m.sawDir(h, dir, resp.GetDir())
 		return resp, err
 	})
 }
@@ -599,7 +610,7 @@ func (m *FSClient) Link(ctx context.Context, hd, dir fs.Handle, name string) (fs
 func (m *FSClient) remove(ctx context.Context, dir fs.Handle, name string, directory bool) error {
 	return m.callRecorded(ctx, dir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		resp, err := cl.Remove(ctx, &pb.RemoveRequest{Header: h, Dir: handleToPB(dir), Name: name, Directory: directory})
-		m.sawDir(dir, resp.GetDir())
+		m.sawDir(h, dir, resp.GetDir())
 		return resp.GetError(), resp.GetAck(), err
 	})
 }
@@ -619,8 +630,8 @@ func (m *FSClient) Rename(ctx context.Context, srcDir fs.Handle, srcName string,
 	return m.callRecorded(ctx, srcDir.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, *pb.Ack, error) {
 		resp, err := cl.Rename(ctx, &pb.RenameRequest{Header: h, SrcDir: handleToPB(srcDir), SrcName: srcName,
 			DstDir: handleToPB(dstDir), DstName: dstName, Flags: flags})
-		m.sawDir(srcDir, resp.GetDir())
-		m.sawDir(dstDir, resp.GetDstDir())
+		m.sawDir(h, srcDir, resp.GetDir())
+		m.sawDir(h, dstDir, resp.GetDstDir())
 		return resp.GetError(), resp.GetAck(), err
 	})
 }
@@ -680,7 +691,7 @@ func (m *FSClient) xattr(ctx context.Context, req *pb.XattrRequest) (*pb.XattrRe
 	}
 	recorded := req.GetOp() == pb.XattrRequest_SET || req.GetOp() == pb.XattrRequest_REMOVE
 	if recorded {
-		m.sawDir(handleFromPB(req.GetHandle()), nil)
+		m.forgetDir(handleFromPB(req.GetHandle()))
 	}
 	err := m.send(ctx, req.GetHandle().GetD(), recorded, fn)
 	return out, err

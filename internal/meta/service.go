@@ -77,12 +77,22 @@ func (s *Server) run(ctx context.Context, req request, fn, rebuild func(ctx cont
 		}
 		defer done()
 		if dup {
-			if replay {
-				// Applied already (durable before the loss): the client has
-				// its answer.
-				return nil, st.st.ack(nil, now)
+			// Applied already. Its record may not be durable yet (a retry
+			// of a request answered early whose answer was lost on the
+			// way): the Ack then names the record's entry, so that the
+			// client keeps the request until it is durable and replays it
+			// if the store loses it.
+			p := st.st.pendingOf(key)
+			if p != nil && !h.GetEarly() {
+				if err := p.wait(ctx); err != nil {
+					return errorToPB(err), nil
+				}
+				p = nil
 			}
-			return errorToPB(rebuild(ctx, engine)), st.st.ack(nil, now)
+			if replay {
+				return nil, st.st.ack(p, now)
+			}
+			return errorToPB(rebuild(ctx, engine)), st.st.ack(p, now)
 		}
 		tag = &replyTag{key: key, seq: h.GetSeq(), early: h.GetEarly() && h.GetSession() != 0}
 		ctx = withReply(ctx, tag)
