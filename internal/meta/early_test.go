@@ -334,3 +334,74 @@ func TestReplayedAnswersDoNotStaleTheDirCache(t *testing.T) {
 		t.Fatalf("the replayed create: %v %v", es, err)
 	}
 }
+
+// TestLookupSeesOwnEarlyChangesInAnotherTable: a file's inode stays in the
+// table it was created in; a name of it in a directory served by another
+// server is looked up there, which reads the inode from the committed
+// tree. After an unlink of the file's other name answered early (not
+// durable), the lookup through the second name must show the session's
+// own change: one link, not two.
+func TestLookupSeesOwnEarlyChangesInAnotherTable(t *testing.T) {
+	pages, root := newMemPages(t)
+	c := newTestCluster(t, 2, func(c *testCluster) {
+		c.pages, c.root = pages, root
+		c.slow = &slowPages{PageStore: pages}
+	})
+	x := c.newFS("foreign")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := x.main.Mkdir(ctx, fs.RootHandle, "d", 0o755, fs.Cred{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := x.main.Create(ctx, fs.RootHandle, "f", 0o644, fs.Cred{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.main.Release(ctx, f.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.main.Link(ctx, f.Handle, d.Handle, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.main.SyncMetadata(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The root's table and d's table on different servers.
+	tabs, err := c.client.Tables(ctx, x.f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tab := range tabs {
+		want := uint64(1)
+		if tab.Range.Contains(d.Handle.D) {
+			want = 2
+		}
+		if tab.Owner != want {
+			if _, err := c.client.MoveTable(ctx, tab.Table, want); err != nil {
+				t.Fatalf("moving table %d to %d: %v", tab.Table, want, err)
+			}
+		}
+	}
+	if a, err := x.main.Lookup(ctx, d.Handle, "g"); err != nil || a.Nlink != 2 {
+		t.Fatalf("lookup d/g before the unlink: nlink %d, %v; want 2", a.Nlink, err)
+	}
+	c.slow.delay.Store(int64(2 * time.Second))
+	defer c.slow.delay.Store(0)
+	if err := x.main.Unlink(ctx, fs.RootHandle, "f"); err != nil {
+		t.Fatal(err)
+	}
+	if x.mainMD.Unsafe() == 0 {
+		t.Fatal("the unlink was not answered early")
+	}
+	if a, err := x.main.Lookup(ctx, d.Handle, "g"); err != nil || a.Nlink != 1 {
+		t.Fatalf("lookup d/g after the unlink answered early: nlink %d, %v; want 1", a.Nlink, err)
+	}
+	es, err := x.main.ReadDirPlus(ctx, d.Handle, 0, 10)
+	if err != nil || len(es) != 1 {
+		t.Fatalf("readdirplus d: %v %v", es, err)
+	}
+	if es[0].OK && es[0].Attr.Nlink != 1 {
+		t.Fatalf("readdirplus d shows g with nlink %d, want 1 (or no attributes)", es[0].Attr.Nlink)
+	}
+}

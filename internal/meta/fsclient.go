@@ -519,9 +519,19 @@ func (m *FSClient) attrCall(ctx context.Context, d uint64, record bool, send fun
 
 // Lookup implements fsclient.Metadata.
 func (m *FSClient) Lookup(ctx context.Context, dir fs.Handle, name string) (fs.Attr, error) {
-	return m.attrCall(ctx, dir.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
-		return cl.Lookup(ctx, &pb.LookupRequest{Header: h, Dir: handleToPB(dir), Name: name})
+	foreign := false
+	a, err := m.attrCall(ctx, dir.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+		resp, err := cl.Lookup(ctx, &pb.LookupRequest{Header: h, Dir: handleToPB(dir), Name: name})
+		foreign = resp.GetForeign()
+		return resp, err
 	})
+	if err == nil && foreign {
+		// The object lives in another table: its owner has what this
+		// session changed there (a link count, a mode) before it is
+		// durable.
+		return m.GetAttr(ctx, a.Handle)
+	}
+	return a, err
 }
 
 // GetAttr implements fsclient.Metadata: a directory this session just

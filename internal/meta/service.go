@@ -205,11 +205,27 @@ func attrResponse(e *pb.Error, ack *pb.Ack, a fs.Attr) *pb.AttrResponse {
 // Lookup implements pb.MetaServer.
 func (s *Server) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.AttrResponse, error) {
 	var a fs.Attr
+	foreign := false
 	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetDir().GetD()}, func(ctx context.Context, f *fs.FS) (err error) {
 		a, err = f.Lookup(ctx, handleFromPB(req.GetDir()), req.GetName())
+		foreign = err == nil && s.readForeign(req.GetHeader(), a.Handle)
 		return err
 	}, nil)
-	return attrResponse(e, ack, a), nil
+	resp := attrResponse(e, ack, a)
+	resp.Foreign = foreign
+	return resp, nil
+}
+
+// readForeign reports whether the attributes of h, read by a live
+// (not snapshot) request, came from the committed state of a table served
+// elsewhere (txn.Get reads foreign keys from the tree): they may miss
+// changes that table's owner answered early, the reader's own included.
+func (s *Server) readForeign(hdr *pb.Header, h fs.Handle) bool {
+	if hdr.GetSnapshot() != 0 {
+		return false
+	}
+	_, here := s.servesHere(hdr.GetFs(), h.D)
+	return !here
 }
 
 // GetAttr implements pb.MetaServer.
@@ -465,7 +481,9 @@ func (s *Server) ReadDir(ctx context.Context, req *pb.ReadDirRequest) (*pb.ReadD
 			es, err := f.ReadDirPlus(ctx, dir, req.GetAfter(), int(req.GetMax()))
 			for _, x := range es {
 				de := &pb.DirEntry{Name: x.Name, Handle: handleToPB(x.Handle), Type: x.Type, Cookie: x.Cookie}
-				if x.OK {
+				// An object of a table served elsewhere goes without
+				// attributes (readForeign): the client looks it up.
+				if x.OK && !s.readForeign(req.GetHeader(), x.Handle) {
 					de.Attr = attrToPB(x.Attr)
 				}
 				out = append(out, de)

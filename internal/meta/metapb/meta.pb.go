@@ -808,7 +808,11 @@ type AttrResponse struct {
 	Ack   *Ack                   `protobuf:"bytes,3,opt,name=ack,proto3" json:"ack,omitempty"`
 	// After a create or link, the directory's attributes as the change left
 	// them (its client answers the kernel's next getattr of it from these).
-	Dir           *Attr `protobuf:"bytes,4,opt,name=dir,proto3" json:"dir,omitempty"`
+	Dir *Attr `protobuf:"bytes,4,opt,name=dir,proto3" json:"dir,omitempty"`
+	// Lookup: the object lives in a table this server does not serve, so attr
+	// is its committed state, which may miss what that table's owner
+	// answered this session early; the client asks the owner (GetAttr).
+	Foreign       bool `protobuf:"varint,5,opt,name=foreign,proto3" json:"foreign,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -869,6 +873,13 @@ func (x *AttrResponse) GetDir() *Attr {
 		return x.Dir
 	}
 	return nil
+}
+
+func (x *AttrResponse) GetForeign() bool {
+	if x != nil {
+		return x.Foreign
+	}
+	return false
 }
 
 type ErrorResponse struct {
@@ -4232,12 +4243,13 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\tNOT_OWNER\x10\x02\x12\t\n" +
 	"\x05RETRY\x10\x03\x12\r\n" +
 	"\tAMBIGUOUS\x10\x04\x12\v\n" +
-	"\aINVALID\x10\x05\"\xb0\x01\n" +
+	"\aINVALID\x10\x05\"\xca\x01\n" +
 	"\fAttrResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12'\n" +
 	"\x04attr\x18\x02 \x01(\v2\x13.arbor.meta.v1.AttrR\x04attr\x12$\n" +
 	"\x03ack\x18\x03 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\x12%\n" +
-	"\x03dir\x18\x04 \x01(\v2\x13.arbor.meta.v1.AttrR\x03dir\"\xb6\x01\n" +
+	"\x03dir\x18\x04 \x01(\v2\x13.arbor.meta.v1.AttrR\x03dir\x12\x18\n" +
+	"\aforeign\x18\x05 \x01(\bR\aforeign\"\xb6\x01\n" +
 	"\rErrorResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12$\n" +
 	"\x03ack\x18\x02 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\x12%\n" +
