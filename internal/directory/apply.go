@@ -147,6 +147,8 @@ func (a *applier) dispatch(cmd *pb.Command) *pb.CommandResult {
 		return a.setDelegation(op.SetDelegation)
 	case *pb.Command_RenewDelegation:
 		return a.renewDelegation(op.RenewDelegation)
+	case *pb.Command_RenewDelegations:
+		return a.renewDelegations(op.RenewDelegations)
 	case *pb.Command_SplitDelegation:
 		return a.splitDelegation(op.SplitDelegation)
 	case *pb.Command_DeleteDelegation:
@@ -200,6 +202,8 @@ func withPayload(r *pb.CommandResult, payload any) *pb.CommandResult {
 		r.Payload = &pb.CommandResult_Delegation{Delegation: p}
 	case *pb.DelegationPair:
 		r.Payload = &pb.CommandResult_DelegationPair{DelegationPair: p}
+	case *pb.RenewDelegationsResponse:
+		r.Payload = &pb.CommandResult_Renewals{Renewals: p}
 	case *pb.FileSystem:
 		r.Payload = &pb.CommandResult_FileSystem{FileSystem: p}
 	case *pb.Snapshot:

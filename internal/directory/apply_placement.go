@@ -321,6 +321,17 @@ func (a *applier) renewDelegation(req *pb.RenewDelegationRequest) *pb.CommandRes
 	return ok(d)
 }
 
+// renewDelegations renews each lease as renewDelegation would; the
+// command succeeds, and each renewal that fails changes nothing (its
+// handler records effects only once every check passed).
+func (a *applier) renewDelegations(req *pb.RenewDelegationsRequest) *pb.CommandResult {
+	out := &pb.RenewDelegationsResponse{Results: make([]*pb.CommandResult, len(req.GetRenewals()))}
+	for i, r := range req.GetRenewals() {
+		out.Results[i] = a.renewDelegation(r)
+	}
+	return ok(out)
+}
+
 func (a *applier) deleteDelegation(req *pb.DeleteDelegationRequest) *pb.CommandResult {
 	old, exists := a.st.delegations[req.TableId]
 	if !exists {

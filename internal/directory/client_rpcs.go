@@ -213,6 +213,14 @@ func (c *Client) RenewDelegation(ctx context.Context, req *pb.RenewDelegationReq
 	})
 }
 
+// RenewDelegations extends many table leases in one command; each
+// renewal has its own result.
+func (c *Client) RenewDelegations(ctx context.Context, req *pb.RenewDelegationsRequest) (*pb.RenewDelegationsResponse, error) {
+	return call(ctx, c, "RenewDelegations", func(ctx context.Context, d pb.DirectoryClient) (*pb.RenewDelegationsResponse, error) {
+		return d.RenewDelegations(ctx, req)
+	})
+}
+
 // DeleteDelegation removes a table.
 func (c *Client) DeleteDelegation(ctx context.Context, req *pb.DeleteDelegationRequest) (*pb.DeleteDelegationResponse, error) {
 	return call(ctx, c, "DeleteDelegation", func(ctx context.Context, d pb.DirectoryClient) (*pb.DeleteDelegationResponse, error) {

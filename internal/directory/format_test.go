@@ -114,6 +114,12 @@ func fmtResult(r *pb.CommandResult) string {
 		payload = fmtConfig(p.ConfigEntry)
 	case *pb.CommandResult_Version:
 		payload = fmt.Sprintf("version=%d", p.Version)
+	case *pb.CommandResult_Renewals:
+		var lines []string
+		for _, sub := range p.Renewals.GetResults() {
+			lines = append(lines, strings.ReplaceAll(fmtResult(sub), "\n", "\n  "))
+		}
+		payload = strings.Join(lines, "\n  ")
 	}
 	if payload != "" {
 		b.WriteString("\n  " + payload)

@@ -22,6 +22,8 @@ func seedCommands() []*pb.Command {
 		{Op: &pb.Command_ChangeExtentReplicas{ChangeExtentReplicas: &pb.ChangeExtentReplicasRequest{ExtentId: firstExtentID, ExpectedEpoch: 1, Replicas: []uint64{1, 2}}}},
 		{Op: &pb.Command_SetDelegation{SetDelegation: &pb.SetDelegationRequest{FileSystem: 1, StartKey: []byte("x"), OwnerNode: 1, LeaseDurationMs: 1000}}},
 		{Op: &pb.Command_RenewDelegation{RenewDelegation: &pb.RenewDelegationRequest{TableId: 1, Epoch: 1, OwnerNode: 1, LeaseDurationMs: 1000}}},
+		{Op: &pb.Command_RenewDelegations{RenewDelegations: &pb.RenewDelegationsRequest{Renewals: []*pb.RenewDelegationRequest{
+			{TableId: 1, Epoch: 1, OwnerNode: 1, LeaseDurationMs: 1000}, {TableId: 7, Epoch: 1, OwnerNode: 1, LeaseDurationMs: 1000}}}}},
 		{Op: &pb.Command_DeleteDelegation{DeleteDelegation: &pb.DeleteDelegationRequest{TableId: 1, ExpectedEpoch: 1}}},
 		{Op: &pb.Command_CreateFileSystem{CreateFileSystem: &pb.CreateFileSystemRequest{Name: "fs3", TenantId: 5}}},
 		{Op: &pb.Command_DeleteFileSystem{DeleteFileSystem: &pb.DeleteFileSystemRequest{Number: 2}}},

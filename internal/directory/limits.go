@@ -54,7 +54,9 @@ const (
 	// ids, and the ones below are reserved (GroupID).
 	firstExtentID = 1000
 
-	maxDelegations   = 1 << 16
+	maxDelegations = 1 << 16
+	// maxRenewals bounds the leases one RenewDelegations renews.
+	maxRenewals      = 4096
 	maxTableKeyBytes = 1024
 
 	maxFileSystems            = 4096

@@ -262,6 +262,20 @@ func commandFromDirective(t testing.TB, d *datadriven.TestData) *pb.Command {
 	case "renew-delegation":
 		cmd.Op = &pb.Command_RenewDelegation{RenewDelegation: &pb.RenewDelegationRequest{
 			TableId: a.u64("table", 0), Epoch: a.u64("epoch", 0), OwnerNode: a.u64("owner", 0), LeaseDurationMs: a.i64("lease", 0)}}
+	case "renew-delegations":
+		// One renewal a line: table epoch owner lease.
+		req := &pb.RenewDelegationsRequest{}
+		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+			if line == "" {
+				continue
+			}
+			r := &pb.RenewDelegationRequest{}
+			if _, err := fmt.Sscanf(line, "%d %d %d %d", &r.TableId, &r.Epoch, &r.OwnerNode, &r.LeaseDurationMs); err != nil {
+				t.Fatalf("%s: renewal line %q: %v", d.Pos, line, err)
+			}
+			req.Renewals = append(req.Renewals, r)
+		}
+		cmd.Op = &pb.Command_RenewDelegations{RenewDelegations: req}
 	case "delete-delegation":
 		cmd.Op = &pb.Command_DeleteDelegation{DeleteDelegation: &pb.DeleteDelegationRequest{
 			TableId: a.u64("table", 0), ExpectedEpoch: a.u64("epoch", 0)}}

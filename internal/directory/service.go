@@ -645,6 +645,14 @@ func (s *Service) RenewDelegation(ctx context.Context, req *pb.RenewDelegationRe
 	return res.GetDelegation(), nil
 }
 
+func (s *Service) RenewDelegations(ctx context.Context, req *pb.RenewDelegationsRequest) (*pb.RenewDelegationsResponse, error) {
+	res, err := s.propose(ctx, &pb.Command{Op: &pb.Command_RenewDelegations{RenewDelegations: req}})
+	if err != nil {
+		return nil, err
+	}
+	return res.GetRenewals(), nil
+}
+
 func (s *Service) SplitDelegation(ctx context.Context, req *pb.SplitDelegationRequest) (*pb.DelegationPair, error) {
 	res, err := s.propose(ctx, &pb.Command{Op: &pb.Command_SplitDelegation{SplitDelegation: req}})
 	if err != nil {

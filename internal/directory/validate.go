@@ -195,6 +195,13 @@ func checkLoad(load float64) error {
 // checkStateless validates everything about a command that does not depend
 // on the directory's state. Apply runs it first; the service runs it before
 // proposing, so a malformed request never reaches the log.
+func checkRenewal(r *pb.RenewDelegationRequest) error {
+	if r.GetTableId() == 0 || r.GetOwnerNode() == 0 {
+		return fmt.Errorf("table_id and owner_node are required")
+	}
+	return checkLeaseDuration("lease_duration_ms", r.GetLeaseDurationMs())
+}
+
 func checkStateless(cmd *pb.Command) error {
 	if len(cmd.RequestId) > maxRequestIDBytes {
 		return fmt.Errorf("request id of %d bytes exceeds %d", len(cmd.RequestId), maxRequestIDBytes)
@@ -275,11 +282,17 @@ func checkStateless(cmd *pb.Command) error {
 		}
 		return checkLeaseDuration("lease_duration_ms", r.LeaseDurationMs)
 	case *pb.Command_RenewDelegation:
-		r := op.RenewDelegation
-		if r.TableId == 0 || r.OwnerNode == 0 {
-			return fmt.Errorf("table_id and owner_node are required")
+		return checkRenewal(op.RenewDelegation)
+	case *pb.Command_RenewDelegations:
+		rs := op.RenewDelegations.GetRenewals()
+		if len(rs) == 0 || len(rs) > maxRenewals {
+			return fmt.Errorf("%d renewals: between 1 and %d are allowed", len(rs), maxRenewals)
 		}
-		return checkLeaseDuration("lease_duration_ms", r.LeaseDurationMs)
+		for i, r := range rs {
+			if err := checkRenewal(r); err != nil {
+				return fmt.Errorf("renewal %d (table %d): %w", i, r.GetTableId(), err)
+			}
+		}
 	case *pb.Command_DeleteDelegation:
 		if op.DeleteDelegation.TableId == 0 {
 			return fmt.Errorf("table_id is required")

@@ -25,7 +25,7 @@ import (
 type Directory interface {
 	GetDelegationMap(ctx context.Context, req *dpb.GetDelegationMapRequest) (*dpb.DelegationMap, error)
 	SetDelegation(ctx context.Context, req *dpb.SetDelegationRequest) (*dpb.Delegation, error)
-	RenewDelegation(ctx context.Context, req *dpb.RenewDelegationRequest) (*dpb.Delegation, error)
+	RenewDelegations(ctx context.Context, req *dpb.RenewDelegationsRequest) (*dpb.RenewDelegationsResponse, error)
 	DeleteDelegation(ctx context.Context, req *dpb.DeleteDelegationRequest) (*dpb.DeleteDelegationResponse, error)
 	SplitDelegation(ctx context.Context, req *dpb.SplitDelegationRequest) (*dpb.DelegationPair, error)
 	ListNodes(ctx context.Context, req *dpb.ListNodesRequest) (*dpb.ListNodesResponse, error)
@@ -544,7 +544,7 @@ func (s *Server) acquire(ctx context.Context, d *dpb.Delegation) error {
 	s.leaseMu.Unlock()
 	// Serve only under a lease counted from before the renewal was sent;
 	// one that lapsed already is taken back by the next renewal round.
-	s.renew(ctx, st, l)
+	s.renew(ctx, l)
 	return nil
 }
 
@@ -577,66 +577,75 @@ func (s *Server) renewLeases(ctx context.Context) {
 		ls = append(ls, l)
 	}
 	s.leaseMu.Unlock()
-	// One at a time, a renewal round took a directory commit per table:
-	// with hundreds of tables it outlasted the renewal interval and leases
-	// expired. In parallel, the directory's engine syncs them together.
+	// One directory commit renews them all (up to renewalsPerCall): one
+	// per table, with hundreds of tables, made the renewals a large share
+	// of the directory's commits (and of the cluster's CPU in an untar).
 	// Tables whose lease lapsed are taken back after, one at a time.
-	var wg sync.WaitGroup
-	var mu sync.Mutex
 	var lapsed []*lease
-	sem := make(chan struct{}, renewParallelism)
-	for _, l := range ls {
+	for len(ls) > 0 {
+		n := min(len(ls), renewalsPerCall)
+		lapsed = append(lapsed, s.renewBatch(ctx, ls[:n])...)
+		ls = ls[n:]
+	}
+	for _, l := range lapsed {
+		s.retake(ctx, l)
+	}
+}
+
+// renewalsPerCall bounds the leases one RenewDelegations renews (the
+// directory takes up to 4,096).
+const renewalsPerCall = 1024
+
+// renew extends table l's lease and reports whether it had lapsed.
+func (s *Server) renew(ctx context.Context, l *lease) (lapsed bool) {
+	return len(s.renewBatch(ctx, []*lease{l})) > 0
+}
+
+// renewBatch extends the leases ls in one directory command; each table is
+// served until its lease's holder deadline, measured from before the
+// request was sent. A lease the directory refuses (the table moved) stops
+// the serving; it returns the ones that had expired (nobody took them yet).
+func (s *Server) renewBatch(ctx context.Context, ls []*lease) (lapsed []*lease) {
+	sent := time.Now()
+	ms := s.cfg.LeaseDuration.Milliseconds()
+	req := &dpb.RenewDelegationsRequest{Renewals: make([]*dpb.RenewDelegationRequest, len(ls))}
+	for i, l := range ls {
+		req.Renewals[i] = &dpb.RenewDelegationRequest{TableId: l.table, Epoch: l.epoch, OwnerNode: s.cfg.Node, LeaseDurationMs: ms}
+	}
+	resp, err := s.cfg.Directory.RenewDelegations(ctx, req)
+	if err == nil && len(resp.GetResults()) != len(ls) {
+		err = fmt.Errorf("meta: %d lease renewals answered with %d results", len(ls), len(resp.GetResults()))
+	}
+	if err != nil {
+		s.log.Debug("renewing table leases", "tables", len(ls), "err", err)
+		return nil
+	}
+	for i, l := range ls {
 		s.mu.Lock()
 		st := s.fss[l.f]
 		s.mu.Unlock()
 		if st == nil {
 			continue
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if s.renew(ctx, st, l) {
-				mu.Lock()
-				lapsed = append(lapsed, l)
-				mu.Unlock()
+		res := resp.GetResults()[i]
+		switch res.GetCode() {
+		case dpb.ErrorCode_OK:
+			st.st.setLease(l.table, l.epoch, directory.HolderDeadline(sent, ms))
+		case dpb.ErrorCode_STALE_EPOCH, dpb.ErrorCode_NOT_FOUND:
+			s.log.Info("lost a table's delegation", "table", l.table, "epoch", l.epoch, "code", res.GetCode(), "why", res.GetMessage())
+			s.leaseMu.Lock()
+			if s.leases[l.table] == l {
+				delete(s.leases, l.table)
 			}
-		})
-	}
-	wg.Wait()
-	for _, l := range lapsed {
-		s.retake(ctx, l)
-	}
-}
-
-// renewParallelism bounds the lease renewals a server has in flight.
-const renewParallelism = 32
-
-// renew extends table l's lease; the table is served until the lease's
-// holder deadline, measured from before the request was sent. A lease
-// the directory refuses (the table moved, expired) stops the serving.
-func (s *Server) renew(ctx context.Context, st *fsState, l *lease) (lapsed bool) {
-	sent := time.Now()
-	ms := s.cfg.LeaseDuration.Milliseconds()
-	_, err := s.cfg.Directory.RenewDelegation(ctx, &dpb.RenewDelegationRequest{TableId: l.table, Epoch: l.epoch, OwnerNode: s.cfg.Node, LeaseDurationMs: ms})
-	if err == nil {
-		st.st.setLease(l.table, l.epoch, directory.HolderDeadline(sent, ms))
-		return false
-	}
-	switch directory.CodeOf(err) {
-	case dpb.ErrorCode_STALE_EPOCH, dpb.ErrorCode_NOT_FOUND:
-		s.log.Info("lost a table's delegation", "table", l.table, "epoch", l.epoch, "err", err)
-		s.leaseMu.Lock()
-		if s.leases[l.table] == l {
-			delete(s.leases, l.table)
+			s.leaseMu.Unlock()
+			st.st.drop(ctx, l.table)
+		case dpb.ErrorCode_EXPIRED:
+			lapsed = append(lapsed, l)
+		default:
+			s.log.Debug("renewing a table's lease", "table", l.table, "code", res.GetCode(), "why", res.GetMessage())
 		}
-		s.leaseMu.Unlock()
-		st.st.drop(ctx, l.table)
-	case dpb.ErrorCode_EXPIRED:
-		return true
-	default:
-		s.log.Debug("renewing a table's lease", "table", l.table, "err", err)
 	}
-	return false
+	return lapsed
 }
 
 // retake takes back a table whose lease expired before its renewal and

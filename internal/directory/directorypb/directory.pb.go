@@ -2244,6 +2244,102 @@ func (x *RenewDelegationRequest) GetLeaseDurationMs() int64 {
 	return 0
 }
 
+// RenewDelegationsRequest renews many tables' leases in one command: a
+// metadata server renews every table it serves once per renewal interval,
+// and one directory commit per table made the renewals a large share of
+// the directory's work with hundreds of tables. Each renewal succeeds or
+// fails on its own, as a RenewDelegation would.
+type RenewDelegationsRequest struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Renewals      []*RenewDelegationRequest `protobuf:"bytes,1,rep,name=renewals,proto3" json:"renewals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewDelegationsRequest) Reset() {
+	*x = RenewDelegationsRequest{}
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewDelegationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewDelegationsRequest) ProtoMessage() {}
+
+func (x *RenewDelegationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewDelegationsRequest.ProtoReflect.Descriptor instead.
+func (*RenewDelegationsRequest) Descriptor() ([]byte, []int) {
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RenewDelegationsRequest) GetRenewals() []*RenewDelegationRequest {
+	if x != nil {
+		return x.Renewals
+	}
+	return nil
+}
+
+// RenewDelegationsResponse holds one result per renewal, in order: OK with
+// the renewed delegation, or the code (and payload) RenewDelegation would
+// have failed with.
+type RenewDelegationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*CommandResult       `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewDelegationsResponse) Reset() {
+	*x = RenewDelegationsResponse{}
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewDelegationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewDelegationsResponse) ProtoMessage() {}
+
+func (x *RenewDelegationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewDelegationsResponse.ProtoReflect.Descriptor instead.
+func (*RenewDelegationsResponse) Descriptor() ([]byte, []int) {
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RenewDelegationsResponse) GetResults() []*CommandResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type DeleteDelegationRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TableId       uint64                 `protobuf:"varint,1,opt,name=table_id,json=tableId,proto3" json:"table_id,omitempty"`
@@ -2254,7 +2350,7 @@ type DeleteDelegationRequest struct {
 
 func (x *DeleteDelegationRequest) Reset() {
 	*x = DeleteDelegationRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[29]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2362,7 @@ func (x *DeleteDelegationRequest) String() string {
 func (*DeleteDelegationRequest) ProtoMessage() {}
 
 func (x *DeleteDelegationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[29]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2375,7 @@ func (x *DeleteDelegationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDelegationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDelegationRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{29}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteDelegationRequest) GetTableId() uint64 {
@@ -2311,7 +2407,7 @@ type SplitDelegationRequest struct {
 
 func (x *SplitDelegationRequest) Reset() {
 	*x = SplitDelegationRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[30]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2419,7 @@ func (x *SplitDelegationRequest) String() string {
 func (*SplitDelegationRequest) ProtoMessage() {}
 
 func (x *SplitDelegationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[30]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2432,7 @@ func (x *SplitDelegationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitDelegationRequest.ProtoReflect.Descriptor instead.
 func (*SplitDelegationRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{30}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SplitDelegationRequest) GetTableId() uint64 {
@@ -2370,7 +2466,7 @@ type DelegationPair struct {
 
 func (x *DelegationPair) Reset() {
 	*x = DelegationPair{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[31]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2478,7 @@ func (x *DelegationPair) String() string {
 func (*DelegationPair) ProtoMessage() {}
 
 func (x *DelegationPair) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[31]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2491,7 @@ func (x *DelegationPair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelegationPair.ProtoReflect.Descriptor instead.
 func (*DelegationPair) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{31}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DelegationPair) GetLeft() *Delegation {
@@ -2422,7 +2518,7 @@ type CreateFileSystemRequest struct {
 
 func (x *CreateFileSystemRequest) Reset() {
 	*x = CreateFileSystemRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[32]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2530,7 @@ func (x *CreateFileSystemRequest) String() string {
 func (*CreateFileSystemRequest) ProtoMessage() {}
 
 func (x *CreateFileSystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[32]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2543,7 @@ func (x *CreateFileSystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFileSystemRequest.ProtoReflect.Descriptor instead.
 func (*CreateFileSystemRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{32}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateFileSystemRequest) GetName() string {
@@ -2474,7 +2570,7 @@ type DeleteFileSystemRequest struct {
 
 func (x *DeleteFileSystemRequest) Reset() {
 	*x = DeleteFileSystemRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[33]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2582,7 @@ func (x *DeleteFileSystemRequest) String() string {
 func (*DeleteFileSystemRequest) ProtoMessage() {}
 
 func (x *DeleteFileSystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[33]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2595,7 @@ func (x *DeleteFileSystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileSystemRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileSystemRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{33}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteFileSystemRequest) GetNumber() uint64 {
@@ -2519,7 +2615,7 @@ type CreateSnapshotRequest struct {
 
 func (x *CreateSnapshotRequest) Reset() {
 	*x = CreateSnapshotRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[34]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2627,7 @@ func (x *CreateSnapshotRequest) String() string {
 func (*CreateSnapshotRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[34]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2640,7 @@ func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{34}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateSnapshotRequest) GetFileSystem() uint64 {
@@ -2571,7 +2667,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[35]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +2679,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[35]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +2692,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{35}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteSnapshotRequest) GetFileSystem() uint64 {
@@ -2628,7 +2724,7 @@ type GrantLeaseRequest struct {
 
 func (x *GrantLeaseRequest) Reset() {
 	*x = GrantLeaseRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[36]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2640,7 +2736,7 @@ func (x *GrantLeaseRequest) String() string {
 func (*GrantLeaseRequest) ProtoMessage() {}
 
 func (x *GrantLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[36]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2653,7 +2749,7 @@ func (x *GrantLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GrantLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{36}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GrantLeaseRequest) GetName() string {
@@ -2697,7 +2793,7 @@ type RenewLeaseRequest struct {
 
 func (x *RenewLeaseRequest) Reset() {
 	*x = RenewLeaseRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[37]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2805,7 @@ func (x *RenewLeaseRequest) String() string {
 func (*RenewLeaseRequest) ProtoMessage() {}
 
 func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[37]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2818,7 @@ func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RenewLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{37}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RenewLeaseRequest) GetName() string {
@@ -2767,7 +2863,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[38]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +2875,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[38]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +2888,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{38}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReleaseLeaseRequest) GetName() string {
@@ -2836,7 +2932,7 @@ type PutConfigRequest struct {
 
 func (x *PutConfigRequest) Reset() {
 	*x = PutConfigRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[39]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +2944,7 @@ func (x *PutConfigRequest) String() string {
 func (*PutConfigRequest) ProtoMessage() {}
 
 func (x *PutConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[39]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +2957,7 @@ func (x *PutConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutConfigRequest.ProtoReflect.Descriptor instead.
 func (*PutConfigRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{39}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PutConfigRequest) GetKey() string {
@@ -2895,7 +2991,7 @@ type DeleteConfigRequest struct {
 
 func (x *DeleteConfigRequest) Reset() {
 	*x = DeleteConfigRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[40]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3003,7 @@ func (x *DeleteConfigRequest) String() string {
 func (*DeleteConfigRequest) ProtoMessage() {}
 
 func (x *DeleteConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[40]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3016,7 @@ func (x *DeleteConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConfigRequest.ProtoReflect.Descriptor instead.
 func (*DeleteConfigRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{40}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteConfigRequest) GetKey() string {
@@ -2950,7 +3046,7 @@ type RequestRecord struct {
 
 func (x *RequestRecord) Reset() {
 	*x = RequestRecord{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[41]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3058,7 @@ func (x *RequestRecord) String() string {
 func (*RequestRecord) ProtoMessage() {}
 
 func (x *RequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[41]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3071,7 @@ func (x *RequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRecord.ProtoReflect.Descriptor instead.
 func (*RequestRecord) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{41}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RequestRecord) GetIndex() uint64 {
@@ -3017,6 +3113,7 @@ type Command struct {
 	//	*Command_RenewDelegation
 	//	*Command_DeleteDelegation
 	//	*Command_SplitDelegation
+	//	*Command_RenewDelegations
 	//	*Command_CreateFileSystem
 	//	*Command_DeleteFileSystem
 	//	*Command_CreateSnapshot
@@ -3033,7 +3130,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[42]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3142,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[42]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3155,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{42}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -3194,6 +3291,15 @@ func (x *Command) GetSplitDelegation() *SplitDelegationRequest {
 	if x != nil {
 		if x, ok := x.Op.(*Command_SplitDelegation); ok {
 			return x.SplitDelegation
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRenewDelegations() *RenewDelegationsRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RenewDelegations); ok {
+			return x.RenewDelegations
 		}
 	}
 	return nil
@@ -3336,6 +3442,10 @@ type Command_SplitDelegation struct {
 	SplitDelegation *SplitDelegationRequest `protobuf:"bytes,43,opt,name=split_delegation,json=splitDelegation,proto3,oneof"`
 }
 
+type Command_RenewDelegations struct {
+	RenewDelegations *RenewDelegationsRequest `protobuf:"bytes,44,opt,name=renew_delegations,json=renewDelegations,proto3,oneof"`
+}
+
 type Command_CreateFileSystem struct {
 	CreateFileSystem *CreateFileSystemRequest `protobuf:"bytes,50,opt,name=create_file_system,json=createFileSystem,proto3,oneof"`
 }
@@ -3398,6 +3508,8 @@ func (*Command_DeleteDelegation) isCommand_Op() {}
 
 func (*Command_SplitDelegation) isCommand_Op() {}
 
+func (*Command_RenewDelegations) isCommand_Op() {}
+
 func (*Command_CreateFileSystem) isCommand_Op() {}
 
 func (*Command_DeleteFileSystem) isCommand_Op() {}
@@ -3426,7 +3538,7 @@ type TLTVersion struct {
 
 func (x *TLTVersion) Reset() {
 	*x = TLTVersion{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[43]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3438,7 +3550,7 @@ func (x *TLTVersion) String() string {
 func (*TLTVersion) ProtoMessage() {}
 
 func (x *TLTVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[43]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3563,7 @@ func (x *TLTVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLTVersion.ProtoReflect.Descriptor instead.
 func (*TLTVersion) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{43}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TLTVersion) GetVersion() uint64 {
@@ -3480,6 +3592,7 @@ type CommandResult struct {
 	//	*CommandResult_ConfigEntry
 	//	*CommandResult_Version
 	//	*CommandResult_DelegationPair
+	//	*CommandResult_Renewals
 	Payload       isCommandResult_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3487,7 +3600,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[44]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3612,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[44]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3625,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{44}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CommandResult) GetCode() ErrorCode {
@@ -3635,6 +3748,15 @@ func (x *CommandResult) GetDelegationPair() *DelegationPair {
 	return nil
 }
 
+func (x *CommandResult) GetRenewals() *RenewDelegationsResponse {
+	if x != nil {
+		if x, ok := x.Payload.(*CommandResult_Renewals); ok {
+			return x.Renewals
+		}
+	}
+	return nil
+}
+
 type isCommandResult_Payload interface {
 	isCommandResult_Payload()
 }
@@ -3684,6 +3806,10 @@ type CommandResult_DelegationPair struct {
 	DelegationPair *DelegationPair `protobuf:"bytes,20,opt,name=delegation_pair,json=delegationPair,proto3,oneof"`
 }
 
+type CommandResult_Renewals struct {
+	Renewals *RenewDelegationsResponse `protobuf:"bytes,21,opt,name=renewals,proto3,oneof"`
+}
+
 func (*CommandResult_Cluster) isCommandResult_Payload() {}
 
 func (*CommandResult_Node) isCommandResult_Payload() {}
@@ -3706,6 +3832,8 @@ func (*CommandResult_Version) isCommandResult_Payload() {}
 
 func (*CommandResult_DelegationPair) isCommandResult_Payload() {}
 
+func (*CommandResult_Renewals) isCommandResult_Payload() {}
+
 // NotLeader is attached as a status detail to the codes.Unavailable error a
 // replica that is not the leader returns. Both fields are zero when the
 // replica knows no leader.
@@ -3719,7 +3847,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[45]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3731,7 +3859,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[45]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3744,7 +3872,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{45}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NotLeader) GetLeaderId() uint64 {
@@ -3773,7 +3901,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[46]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3785,7 +3913,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[46]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3798,7 +3926,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{46}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RegisterResponse) GetNode() *Node {
@@ -3834,7 +3962,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[47]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3846,7 +3974,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[47]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3859,7 +3987,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{47}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *HeartbeatRequest) GetNodeId() uint64 {
@@ -3898,7 +4026,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[48]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3910,7 +4038,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[48]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3923,7 +4051,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{48}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HeartbeatResponse) GetAction() HeartbeatAction {
@@ -3979,7 +4107,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[49]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3991,7 +4119,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[49]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4004,7 +4132,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{49}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *StatusRequest) GetLocal() bool {
@@ -4033,7 +4161,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[50]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4045,7 +4173,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[50]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4058,7 +4186,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{50}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StatusResponse) GetLeaderId() uint64 {
@@ -4132,7 +4260,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[51]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4144,7 +4272,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[51]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4157,7 +4285,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{51}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{53}
 }
 
 type ListNodesResponse struct {
@@ -4169,7 +4297,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[52]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4181,7 +4309,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[52]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4194,7 +4322,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{52}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -4213,7 +4341,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[53]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4225,7 +4353,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[53]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4238,7 +4366,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{53}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetNodeRequest) GetNodeId() uint64 {
@@ -4257,7 +4385,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[54]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4269,7 +4397,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[54]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4282,7 +4410,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{54}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetLeaseRequest) GetName() string {
@@ -4301,7 +4429,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[55]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4313,7 +4441,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[55]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4326,7 +4454,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{55}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetConfigRequest) GetKey() string {
@@ -4349,7 +4477,7 @@ type ListConfigRequest struct {
 
 func (x *ListConfigRequest) Reset() {
 	*x = ListConfigRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[56]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4361,7 +4489,7 @@ func (x *ListConfigRequest) String() string {
 func (*ListConfigRequest) ProtoMessage() {}
 
 func (x *ListConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[56]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4374,7 +4502,7 @@ func (x *ListConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigRequest.ProtoReflect.Descriptor instead.
 func (*ListConfigRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{56}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListConfigRequest) GetPrefix() string {
@@ -4409,7 +4537,7 @@ type ListConfigResponse struct {
 
 func (x *ListConfigResponse) Reset() {
 	*x = ListConfigResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[57]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4421,7 +4549,7 @@ func (x *ListConfigResponse) String() string {
 func (*ListConfigResponse) ProtoMessage() {}
 
 func (x *ListConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[57]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4434,7 +4562,7 @@ func (x *ListConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigResponse.ProtoReflect.Descriptor instead.
 func (*ListConfigResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{57}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListConfigResponse) GetEntries() []*ConfigEntry {
@@ -4461,7 +4589,7 @@ type DeleteConfigResponse struct {
 
 func (x *DeleteConfigResponse) Reset() {
 	*x = DeleteConfigResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[58]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4473,7 +4601,7 @@ func (x *DeleteConfigResponse) String() string {
 func (*DeleteConfigResponse) ProtoMessage() {}
 
 func (x *DeleteConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[58]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4486,7 +4614,7 @@ func (x *DeleteConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConfigResponse.ProtoReflect.Descriptor instead.
 func (*DeleteConfigResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{58}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DeleteConfigResponse) GetVersion() uint64 {
@@ -4507,7 +4635,7 @@ type GetFileSystemRequest struct {
 
 func (x *GetFileSystemRequest) Reset() {
 	*x = GetFileSystemRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[59]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4519,7 +4647,7 @@ func (x *GetFileSystemRequest) String() string {
 func (*GetFileSystemRequest) ProtoMessage() {}
 
 func (x *GetFileSystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[59]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4532,7 +4660,7 @@ func (x *GetFileSystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileSystemRequest.ProtoReflect.Descriptor instead.
 func (*GetFileSystemRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{59}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetFileSystemRequest) GetNumber() uint64 {
@@ -4557,7 +4685,7 @@ type ListFileSystemsRequest struct {
 
 func (x *ListFileSystemsRequest) Reset() {
 	*x = ListFileSystemsRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[60]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4569,7 +4697,7 @@ func (x *ListFileSystemsRequest) String() string {
 func (*ListFileSystemsRequest) ProtoMessage() {}
 
 func (x *ListFileSystemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[60]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4582,7 +4710,7 @@ func (x *ListFileSystemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFileSystemsRequest.ProtoReflect.Descriptor instead.
 func (*ListFileSystemsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{60}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{62}
 }
 
 type ListFileSystemsResponse struct {
@@ -4594,7 +4722,7 @@ type ListFileSystemsResponse struct {
 
 func (x *ListFileSystemsResponse) Reset() {
 	*x = ListFileSystemsResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[61]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4606,7 +4734,7 @@ func (x *ListFileSystemsResponse) String() string {
 func (*ListFileSystemsResponse) ProtoMessage() {}
 
 func (x *ListFileSystemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[61]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4619,7 +4747,7 @@ func (x *ListFileSystemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFileSystemsResponse.ProtoReflect.Descriptor instead.
 func (*ListFileSystemsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{61}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListFileSystemsResponse) GetFileSystems() []*FileSystem {
@@ -4637,7 +4765,7 @@ type GetTLTRequest struct {
 
 func (x *GetTLTRequest) Reset() {
 	*x = GetTLTRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[62]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4649,7 +4777,7 @@ func (x *GetTLTRequest) String() string {
 func (*GetTLTRequest) ProtoMessage() {}
 
 func (x *GetTLTRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[62]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4662,7 +4790,7 @@ func (x *GetTLTRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTLTRequest.ProtoReflect.Descriptor instead.
 func (*GetTLTRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{62}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{64}
 }
 
 type GetExtentRequest struct {
@@ -4674,7 +4802,7 @@ type GetExtentRequest struct {
 
 func (x *GetExtentRequest) Reset() {
 	*x = GetExtentRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[63]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4686,7 +4814,7 @@ func (x *GetExtentRequest) String() string {
 func (*GetExtentRequest) ProtoMessage() {}
 
 func (x *GetExtentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[63]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4699,7 +4827,7 @@ func (x *GetExtentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtentRequest.ProtoReflect.Descriptor instead.
 func (*GetExtentRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{63}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetExtentRequest) GetExtentId() uint64 {
@@ -4719,7 +4847,7 @@ type ListExtentsRequest struct {
 
 func (x *ListExtentsRequest) Reset() {
 	*x = ListExtentsRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[64]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4731,7 +4859,7 @@ func (x *ListExtentsRequest) String() string {
 func (*ListExtentsRequest) ProtoMessage() {}
 
 func (x *ListExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[64]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4744,7 +4872,7 @@ func (x *ListExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExtentsRequest.ProtoReflect.Descriptor instead.
 func (*ListExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{64}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListExtentsRequest) GetStartAfter() uint64 {
@@ -4771,7 +4899,7 @@ type ListExtentsResponse struct {
 
 func (x *ListExtentsResponse) Reset() {
 	*x = ListExtentsResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[65]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4783,7 +4911,7 @@ func (x *ListExtentsResponse) String() string {
 func (*ListExtentsResponse) ProtoMessage() {}
 
 func (x *ListExtentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[65]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4796,7 +4924,7 @@ func (x *ListExtentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExtentsResponse.ProtoReflect.Descriptor instead.
 func (*ListExtentsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{65}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListExtentsResponse) GetExtents() []*Extent {
@@ -4823,7 +4951,7 @@ type GetDelegationMapRequest struct {
 
 func (x *GetDelegationMapRequest) Reset() {
 	*x = GetDelegationMapRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[66]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4835,7 +4963,7 @@ func (x *GetDelegationMapRequest) String() string {
 func (*GetDelegationMapRequest) ProtoMessage() {}
 
 func (x *GetDelegationMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[66]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4848,7 +4976,7 @@ func (x *GetDelegationMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDelegationMapRequest.ProtoReflect.Descriptor instead.
 func (*GetDelegationMapRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{66}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetDelegationMapRequest) GetFileSystem() uint64 {
@@ -4867,7 +4995,7 @@ type DeleteDelegationResponse struct {
 
 func (x *DeleteDelegationResponse) Reset() {
 	*x = DeleteDelegationResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[67]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4879,7 +5007,7 @@ func (x *DeleteDelegationResponse) String() string {
 func (*DeleteDelegationResponse) ProtoMessage() {}
 
 func (x *DeleteDelegationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[67]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4892,7 +5020,7 @@ func (x *DeleteDelegationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDelegationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDelegationResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{67}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DeleteDelegationResponse) GetVersion() uint64 {
@@ -4910,7 +5038,7 @@ type GetMemberStatsRequest struct {
 
 func (x *GetMemberStatsRequest) Reset() {
 	*x = GetMemberStatsRequest{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[68]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4922,7 +5050,7 @@ func (x *GetMemberStatsRequest) String() string {
 func (*GetMemberStatsRequest) ProtoMessage() {}
 
 func (x *GetMemberStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[68]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4935,7 +5063,7 @@ func (x *GetMemberStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemberStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetMemberStatsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{68}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{70}
 }
 
 type GetMemberStatsResponse struct {
@@ -4947,7 +5075,7 @@ type GetMemberStatsResponse struct {
 
 func (x *GetMemberStatsResponse) Reset() {
 	*x = GetMemberStatsResponse{}
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[69]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4959,7 +5087,7 @@ func (x *GetMemberStatsResponse) String() string {
 func (*GetMemberStatsResponse) ProtoMessage() {}
 
 func (x *GetMemberStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[69]
+	mi := &file_internal_directory_directorypb_directory_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4972,7 +5100,7 @@ func (x *GetMemberStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemberStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetMemberStatsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{69}
+	return file_internal_directory_directorypb_directory_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetMemberStatsResponse) GetStats() []*MemberStats {
@@ -5142,7 +5270,11 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
 	"\n" +
 	"owner_node\x18\x03 \x01(\x04R\townerNode\x12*\n" +
-	"\x11lease_duration_ms\x18\x04 \x01(\x03R\x0fleaseDurationMs\"[\n" +
+	"\x11lease_duration_ms\x18\x04 \x01(\x03R\x0fleaseDurationMs\"a\n" +
+	"\x17RenewDelegationsRequest\x12F\n" +
+	"\brenewals\x18\x01 \x03(\v2*.arbor.directory.v1.RenewDelegationRequestR\brenewals\"W\n" +
+	"\x18RenewDelegationsResponse\x12;\n" +
+	"\aresults\x18\x01 \x03(\v2!.arbor.directory.v1.CommandResultR\aresults\"[\n" +
 	"\x17DeleteDelegationRequest\x12\x19\n" +
 	"\btable_id\x18\x01 \x01(\x04R\atableId\x12%\n" +
 	"\x0eexpected_epoch\x18\x02 \x01(\x04R\rexpectedEpoch\"w\n" +
@@ -5199,7 +5331,7 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x11_expected_version\"`\n" +
 	"\rRequestRecord\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x129\n" +
-	"\x06result\x18\x02 \x01(\v2!.arbor.directory.v1.CommandResultR\x06result\"\xfb\x0e\n" +
+	"\x06result\x18\x02 \x01(\v2!.arbor.directory.v1.CommandResultR\x06result\"\xd7\x0f\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x12\x1d\n" +
 	"\n" +
@@ -5218,7 +5350,8 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x0eset_delegation\x18( \x01(\v2(.arbor.directory.v1.SetDelegationRequestH\x00R\rsetDelegation\x12W\n" +
 	"\x10renew_delegation\x18) \x01(\v2*.arbor.directory.v1.RenewDelegationRequestH\x00R\x0frenewDelegation\x12Z\n" +
 	"\x11delete_delegation\x18* \x01(\v2+.arbor.directory.v1.DeleteDelegationRequestH\x00R\x10deleteDelegation\x12W\n" +
-	"\x10split_delegation\x18+ \x01(\v2*.arbor.directory.v1.SplitDelegationRequestH\x00R\x0fsplitDelegation\x12[\n" +
+	"\x10split_delegation\x18+ \x01(\v2*.arbor.directory.v1.SplitDelegationRequestH\x00R\x0fsplitDelegation\x12Z\n" +
+	"\x11renew_delegations\x18, \x01(\v2+.arbor.directory.v1.RenewDelegationsRequestH\x00R\x10renewDelegations\x12[\n" +
 	"\x12create_file_system\x182 \x01(\v2+.arbor.directory.v1.CreateFileSystemRequestH\x00R\x10createFileSystem\x12[\n" +
 	"\x12delete_file_system\x183 \x01(\v2+.arbor.directory.v1.DeleteFileSystemRequestH\x00R\x10deleteFileSystem\x12T\n" +
 	"\x0fcreate_snapshot\x184 \x01(\v2).arbor.directory.v1.CreateSnapshotRequestH\x00R\x0ecreateSnapshot\x12T\n" +
@@ -5234,7 +5367,7 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x02op\"&\n" +
 	"\n" +
 	"TLTVersion\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x04R\aversion\"\xe3\x05\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\"\xaf\x06\n" +
 	"\rCommandResult\x121\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1d.arbor.directory.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12;\n" +
@@ -5252,7 +5385,8 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x05lease\x18\x11 \x01(\v2\x19.arbor.directory.v1.LeaseH\x00R\x05lease\x12D\n" +
 	"\fconfig_entry\x18\x12 \x01(\v2\x1f.arbor.directory.v1.ConfigEntryH\x00R\vconfigEntry\x12\x1a\n" +
 	"\aversion\x18\x13 \x01(\x04H\x00R\aversion\x12M\n" +
-	"\x0fdelegation_pair\x18\x14 \x01(\v2\".arbor.directory.v1.DelegationPairH\x00R\x0edelegationPairB\t\n" +
+	"\x0fdelegation_pair\x18\x14 \x01(\v2\".arbor.directory.v1.DelegationPairH\x00R\x0edelegationPair\x12J\n" +
+	"\brenewals\x18\x15 \x01(\v2,.arbor.directory.v1.RenewDelegationsResponseH\x00R\brenewalsB\t\n" +
 	"\apayload\"O\n" +
 	"\tNotLeader\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\x04R\bleaderId\x12%\n" +
@@ -5354,7 +5488,7 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x1cHEARTBEAT_ACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13HEARTBEAT_ACTION_OK\x10\x01\x12\x1f\n" +
 	"\x1bHEARTBEAT_ACTION_REREGISTER\x10\x02\x12\x1d\n" +
-	"\x19HEARTBEAT_ACTION_SHUTDOWN\x10\x032\xfc\x17\n" +
+	"\x19HEARTBEAT_ACTION_SHUTDOWN\x10\x032\xeb\x18\n" +
 	"\tDirectory\x12V\n" +
 	"\vInitCluster\x12&.arbor.directory.v1.InitClusterRequest\x1a\x1f.arbor.directory.v1.ClusterInfo\x12O\n" +
 	"\x06Status\x12!.arbor.directory.v1.StatusRequest\x1a\".arbor.directory.v1.StatusResponse\x12U\n" +
@@ -5392,6 +5526,7 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\x10GetDelegationMap\x12+.arbor.directory.v1.GetDelegationMapRequest\x1a!.arbor.directory.v1.DelegationMap\x12Y\n" +
 	"\rSetDelegation\x12(.arbor.directory.v1.SetDelegationRequest\x1a\x1e.arbor.directory.v1.Delegation\x12]\n" +
 	"\x0fRenewDelegation\x12*.arbor.directory.v1.RenewDelegationRequest\x1a\x1e.arbor.directory.v1.Delegation\x12m\n" +
+	"\x10RenewDelegations\x12+.arbor.directory.v1.RenewDelegationsRequest\x1a,.arbor.directory.v1.RenewDelegationsResponse\x12m\n" +
 	"\x10DeleteDelegation\x12+.arbor.directory.v1.DeleteDelegationRequest\x1a,.arbor.directory.v1.DeleteDelegationResponse\x12a\n" +
 	"\x0fSplitDelegation\x12*.arbor.directory.v1.SplitDelegationRequest\x1a\".arbor.directory.v1.DelegationPairB?Z=github.com/arbor-storage/arbor/internal/directory/directorypbb\x06proto3"
 
@@ -5408,7 +5543,7 @@ func file_internal_directory_directorypb_directory_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_directory_directorypb_directory_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_internal_directory_directorypb_directory_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_internal_directory_directorypb_directory_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_internal_directory_directorypb_directory_proto_goTypes = []any{
 	(NodeState)(0),                      // 0: arbor.directory.v1.NodeState
 	(ErrorCode)(0),                      // 1: arbor.directory.v1.ErrorCode
@@ -5442,187 +5577,195 @@ var file_internal_directory_directorypb_directory_proto_goTypes = []any{
 	(*ChangeExtentReplicasRequest)(nil), // 29: arbor.directory.v1.ChangeExtentReplicasRequest
 	(*SetDelegationRequest)(nil),        // 30: arbor.directory.v1.SetDelegationRequest
 	(*RenewDelegationRequest)(nil),      // 31: arbor.directory.v1.RenewDelegationRequest
-	(*DeleteDelegationRequest)(nil),     // 32: arbor.directory.v1.DeleteDelegationRequest
-	(*SplitDelegationRequest)(nil),      // 33: arbor.directory.v1.SplitDelegationRequest
-	(*DelegationPair)(nil),              // 34: arbor.directory.v1.DelegationPair
-	(*CreateFileSystemRequest)(nil),     // 35: arbor.directory.v1.CreateFileSystemRequest
-	(*DeleteFileSystemRequest)(nil),     // 36: arbor.directory.v1.DeleteFileSystemRequest
-	(*CreateSnapshotRequest)(nil),       // 37: arbor.directory.v1.CreateSnapshotRequest
-	(*DeleteSnapshotRequest)(nil),       // 38: arbor.directory.v1.DeleteSnapshotRequest
-	(*GrantLeaseRequest)(nil),           // 39: arbor.directory.v1.GrantLeaseRequest
-	(*RenewLeaseRequest)(nil),           // 40: arbor.directory.v1.RenewLeaseRequest
-	(*ReleaseLeaseRequest)(nil),         // 41: arbor.directory.v1.ReleaseLeaseRequest
-	(*PutConfigRequest)(nil),            // 42: arbor.directory.v1.PutConfigRequest
-	(*DeleteConfigRequest)(nil),         // 43: arbor.directory.v1.DeleteConfigRequest
-	(*RequestRecord)(nil),               // 44: arbor.directory.v1.RequestRecord
-	(*Command)(nil),                     // 45: arbor.directory.v1.Command
-	(*TLTVersion)(nil),                  // 46: arbor.directory.v1.TLTVersion
-	(*CommandResult)(nil),               // 47: arbor.directory.v1.CommandResult
-	(*NotLeader)(nil),                   // 48: arbor.directory.v1.NotLeader
-	(*RegisterResponse)(nil),            // 49: arbor.directory.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),            // 50: arbor.directory.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 51: arbor.directory.v1.HeartbeatResponse
-	(*StatusRequest)(nil),               // 52: arbor.directory.v1.StatusRequest
-	(*StatusResponse)(nil),              // 53: arbor.directory.v1.StatusResponse
-	(*ListNodesRequest)(nil),            // 54: arbor.directory.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 55: arbor.directory.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),              // 56: arbor.directory.v1.GetNodeRequest
-	(*GetLeaseRequest)(nil),             // 57: arbor.directory.v1.GetLeaseRequest
-	(*GetConfigRequest)(nil),            // 58: arbor.directory.v1.GetConfigRequest
-	(*ListConfigRequest)(nil),           // 59: arbor.directory.v1.ListConfigRequest
-	(*ListConfigResponse)(nil),          // 60: arbor.directory.v1.ListConfigResponse
-	(*DeleteConfigResponse)(nil),        // 61: arbor.directory.v1.DeleteConfigResponse
-	(*GetFileSystemRequest)(nil),        // 62: arbor.directory.v1.GetFileSystemRequest
-	(*ListFileSystemsRequest)(nil),      // 63: arbor.directory.v1.ListFileSystemsRequest
-	(*ListFileSystemsResponse)(nil),     // 64: arbor.directory.v1.ListFileSystemsResponse
-	(*GetTLTRequest)(nil),               // 65: arbor.directory.v1.GetTLTRequest
-	(*GetExtentRequest)(nil),            // 66: arbor.directory.v1.GetExtentRequest
-	(*ListExtentsRequest)(nil),          // 67: arbor.directory.v1.ListExtentsRequest
-	(*ListExtentsResponse)(nil),         // 68: arbor.directory.v1.ListExtentsResponse
-	(*GetDelegationMapRequest)(nil),     // 69: arbor.directory.v1.GetDelegationMapRequest
-	(*DeleteDelegationResponse)(nil),    // 70: arbor.directory.v1.DeleteDelegationResponse
-	(*GetMemberStatsRequest)(nil),       // 71: arbor.directory.v1.GetMemberStatsRequest
-	(*GetMemberStatsResponse)(nil),      // 72: arbor.directory.v1.GetMemberStatsResponse
+	(*RenewDelegationsRequest)(nil),     // 32: arbor.directory.v1.RenewDelegationsRequest
+	(*RenewDelegationsResponse)(nil),    // 33: arbor.directory.v1.RenewDelegationsResponse
+	(*DeleteDelegationRequest)(nil),     // 34: arbor.directory.v1.DeleteDelegationRequest
+	(*SplitDelegationRequest)(nil),      // 35: arbor.directory.v1.SplitDelegationRequest
+	(*DelegationPair)(nil),              // 36: arbor.directory.v1.DelegationPair
+	(*CreateFileSystemRequest)(nil),     // 37: arbor.directory.v1.CreateFileSystemRequest
+	(*DeleteFileSystemRequest)(nil),     // 38: arbor.directory.v1.DeleteFileSystemRequest
+	(*CreateSnapshotRequest)(nil),       // 39: arbor.directory.v1.CreateSnapshotRequest
+	(*DeleteSnapshotRequest)(nil),       // 40: arbor.directory.v1.DeleteSnapshotRequest
+	(*GrantLeaseRequest)(nil),           // 41: arbor.directory.v1.GrantLeaseRequest
+	(*RenewLeaseRequest)(nil),           // 42: arbor.directory.v1.RenewLeaseRequest
+	(*ReleaseLeaseRequest)(nil),         // 43: arbor.directory.v1.ReleaseLeaseRequest
+	(*PutConfigRequest)(nil),            // 44: arbor.directory.v1.PutConfigRequest
+	(*DeleteConfigRequest)(nil),         // 45: arbor.directory.v1.DeleteConfigRequest
+	(*RequestRecord)(nil),               // 46: arbor.directory.v1.RequestRecord
+	(*Command)(nil),                     // 47: arbor.directory.v1.Command
+	(*TLTVersion)(nil),                  // 48: arbor.directory.v1.TLTVersion
+	(*CommandResult)(nil),               // 49: arbor.directory.v1.CommandResult
+	(*NotLeader)(nil),                   // 50: arbor.directory.v1.NotLeader
+	(*RegisterResponse)(nil),            // 51: arbor.directory.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),            // 52: arbor.directory.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 53: arbor.directory.v1.HeartbeatResponse
+	(*StatusRequest)(nil),               // 54: arbor.directory.v1.StatusRequest
+	(*StatusResponse)(nil),              // 55: arbor.directory.v1.StatusResponse
+	(*ListNodesRequest)(nil),            // 56: arbor.directory.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 57: arbor.directory.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),              // 58: arbor.directory.v1.GetNodeRequest
+	(*GetLeaseRequest)(nil),             // 59: arbor.directory.v1.GetLeaseRequest
+	(*GetConfigRequest)(nil),            // 60: arbor.directory.v1.GetConfigRequest
+	(*ListConfigRequest)(nil),           // 61: arbor.directory.v1.ListConfigRequest
+	(*ListConfigResponse)(nil),          // 62: arbor.directory.v1.ListConfigResponse
+	(*DeleteConfigResponse)(nil),        // 63: arbor.directory.v1.DeleteConfigResponse
+	(*GetFileSystemRequest)(nil),        // 64: arbor.directory.v1.GetFileSystemRequest
+	(*ListFileSystemsRequest)(nil),      // 65: arbor.directory.v1.ListFileSystemsRequest
+	(*ListFileSystemsResponse)(nil),     // 66: arbor.directory.v1.ListFileSystemsResponse
+	(*GetTLTRequest)(nil),               // 67: arbor.directory.v1.GetTLTRequest
+	(*GetExtentRequest)(nil),            // 68: arbor.directory.v1.GetExtentRequest
+	(*ListExtentsRequest)(nil),          // 69: arbor.directory.v1.ListExtentsRequest
+	(*ListExtentsResponse)(nil),         // 70: arbor.directory.v1.ListExtentsResponse
+	(*GetDelegationMapRequest)(nil),     // 71: arbor.directory.v1.GetDelegationMapRequest
+	(*DeleteDelegationResponse)(nil),    // 72: arbor.directory.v1.DeleteDelegationResponse
+	(*GetMemberStatsRequest)(nil),       // 73: arbor.directory.v1.GetMemberStatsRequest
+	(*GetMemberStatsResponse)(nil),      // 74: arbor.directory.v1.GetMemberStatsResponse
 }
 var file_internal_directory_directorypb_directory_proto_depIdxs = []int32{
-	4,  // 0: arbor.directory.v1.Node.disks:type_name -> arbor.directory.v1.Disk
-	0,  // 1: arbor.directory.v1.Node.state:type_name -> arbor.directory.v1.NodeState
-	7,  // 2: arbor.directory.v1.PendingEntry.server:type_name -> arbor.directory.v1.TractServer
-	7,  // 3: arbor.directory.v1.TLTRow.slots:type_name -> arbor.directory.v1.TractServer
-	8,  // 4: arbor.directory.v1.TLTRow.pending:type_name -> arbor.directory.v1.PendingEntry
-	9,  // 5: arbor.directory.v1.TLT.rows:type_name -> arbor.directory.v1.TLTRow
-	11, // 6: arbor.directory.v1.Extent.geometry:type_name -> arbor.directory.v1.ExtentGeometry
-	13, // 7: arbor.directory.v1.DelegationMap.delegations:type_name -> arbor.directory.v1.Delegation
-	15, // 8: arbor.directory.v1.FileSystem.snapshots:type_name -> arbor.directory.v1.Snapshot
-	4,  // 9: arbor.directory.v1.RegisterRequest.disks:type_name -> arbor.directory.v1.Disk
-	0,  // 10: arbor.directory.v1.SetNodeState.state:type_name -> arbor.directory.v1.NodeState
-	6,  // 11: arbor.directory.v1.UpdateMemberStats.stats:type_name -> arbor.directory.v1.MemberStats
-	9,  // 12: arbor.directory.v1.InstallTLTRequest.rows:type_name -> arbor.directory.v1.TLTRow
-	7,  // 13: arbor.directory.v1.RowUpdate.slots:type_name -> arbor.directory.v1.TractServer
-	8,  // 14: arbor.directory.v1.RowUpdate.pending:type_name -> arbor.directory.v1.PendingEntry
-	26, // 15: arbor.directory.v1.UpdateTLTRowsRequest.updates:type_name -> arbor.directory.v1.RowUpdate
-	11, // 16: arbor.directory.v1.CreateExtentRequest.geometry:type_name -> arbor.directory.v1.ExtentGeometry
-	13, // 17: arbor.directory.v1.DelegationPair.left:type_name -> arbor.directory.v1.Delegation
-	13, // 18: arbor.directory.v1.DelegationPair.right:type_name -> arbor.directory.v1.Delegation
-	47, // 19: arbor.directory.v1.RequestRecord.result:type_name -> arbor.directory.v1.CommandResult
-	20, // 20: arbor.directory.v1.Command.init_cluster:type_name -> arbor.directory.v1.InitClusterRequest
-	21, // 21: arbor.directory.v1.Command.register_node:type_name -> arbor.directory.v1.RegisterRequest
-	22, // 22: arbor.directory.v1.Command.set_node_state:type_name -> arbor.directory.v1.SetNodeState
-	23, // 23: arbor.directory.v1.Command.decommission_node:type_name -> arbor.directory.v1.DecommissionRequest
-	24, // 24: arbor.directory.v1.Command.update_member_stats:type_name -> arbor.directory.v1.UpdateMemberStats
-	25, // 25: arbor.directory.v1.Command.install_tlt:type_name -> arbor.directory.v1.InstallTLTRequest
-	27, // 26: arbor.directory.v1.Command.update_tlt_rows:type_name -> arbor.directory.v1.UpdateTLTRowsRequest
-	28, // 27: arbor.directory.v1.Command.create_extent:type_name -> arbor.directory.v1.CreateExtentRequest
-	29, // 28: arbor.directory.v1.Command.change_extent_replicas:type_name -> arbor.directory.v1.ChangeExtentReplicasRequest
-	30, // 29: arbor.directory.v1.Command.set_delegation:type_name -> arbor.directory.v1.SetDelegationRequest
-	31, // 30: arbor.directory.v1.Command.renew_delegation:type_name -> arbor.directory.v1.RenewDelegationRequest
-	32, // 31: arbor.directory.v1.Command.delete_delegation:type_name -> arbor.directory.v1.DeleteDelegationRequest
-	33, // 32: arbor.directory.v1.Command.split_delegation:type_name -> arbor.directory.v1.SplitDelegationRequest
-	35, // 33: arbor.directory.v1.Command.create_file_system:type_name -> arbor.directory.v1.CreateFileSystemRequest
-	36, // 34: arbor.directory.v1.Command.delete_file_system:type_name -> arbor.directory.v1.DeleteFileSystemRequest
-	37, // 35: arbor.directory.v1.Command.create_snapshot:type_name -> arbor.directory.v1.CreateSnapshotRequest
-	38, // 36: arbor.directory.v1.Command.delete_snapshot:type_name -> arbor.directory.v1.DeleteSnapshotRequest
-	39, // 37: arbor.directory.v1.Command.grant_lease:type_name -> arbor.directory.v1.GrantLeaseRequest
-	40, // 38: arbor.directory.v1.Command.renew_lease:type_name -> arbor.directory.v1.RenewLeaseRequest
-	41, // 39: arbor.directory.v1.Command.release_lease:type_name -> arbor.directory.v1.ReleaseLeaseRequest
-	42, // 40: arbor.directory.v1.Command.put_config:type_name -> arbor.directory.v1.PutConfigRequest
-	43, // 41: arbor.directory.v1.Command.delete_config:type_name -> arbor.directory.v1.DeleteConfigRequest
-	1,  // 42: arbor.directory.v1.CommandResult.code:type_name -> arbor.directory.v1.ErrorCode
-	3,  // 43: arbor.directory.v1.CommandResult.cluster:type_name -> arbor.directory.v1.ClusterInfo
-	5,  // 44: arbor.directory.v1.CommandResult.node:type_name -> arbor.directory.v1.Node
-	46, // 45: arbor.directory.v1.CommandResult.tlt:type_name -> arbor.directory.v1.TLTVersion
-	12, // 46: arbor.directory.v1.CommandResult.extent:type_name -> arbor.directory.v1.Extent
-	13, // 47: arbor.directory.v1.CommandResult.delegation:type_name -> arbor.directory.v1.Delegation
-	16, // 48: arbor.directory.v1.CommandResult.file_system:type_name -> arbor.directory.v1.FileSystem
-	15, // 49: arbor.directory.v1.CommandResult.snapshot:type_name -> arbor.directory.v1.Snapshot
-	17, // 50: arbor.directory.v1.CommandResult.lease:type_name -> arbor.directory.v1.Lease
-	18, // 51: arbor.directory.v1.CommandResult.config_entry:type_name -> arbor.directory.v1.ConfigEntry
-	34, // 52: arbor.directory.v1.CommandResult.delegation_pair:type_name -> arbor.directory.v1.DelegationPair
-	5,  // 53: arbor.directory.v1.RegisterResponse.node:type_name -> arbor.directory.v1.Node
-	3,  // 54: arbor.directory.v1.RegisterResponse.cluster:type_name -> arbor.directory.v1.ClusterInfo
-	6,  // 55: arbor.directory.v1.HeartbeatRequest.stats:type_name -> arbor.directory.v1.MemberStats
-	2,  // 56: arbor.directory.v1.HeartbeatResponse.action:type_name -> arbor.directory.v1.HeartbeatAction
-	0,  // 57: arbor.directory.v1.HeartbeatResponse.state:type_name -> arbor.directory.v1.NodeState
-	5,  // 58: arbor.directory.v1.StatusResponse.nodes:type_name -> arbor.directory.v1.Node
-	3,  // 59: arbor.directory.v1.StatusResponse.cluster:type_name -> arbor.directory.v1.ClusterInfo
-	5,  // 60: arbor.directory.v1.ListNodesResponse.nodes:type_name -> arbor.directory.v1.Node
-	18, // 61: arbor.directory.v1.ListConfigResponse.entries:type_name -> arbor.directory.v1.ConfigEntry
-	16, // 62: arbor.directory.v1.ListFileSystemsResponse.file_systems:type_name -> arbor.directory.v1.FileSystem
-	12, // 63: arbor.directory.v1.ListExtentsResponse.extents:type_name -> arbor.directory.v1.Extent
-	6,  // 64: arbor.directory.v1.GetMemberStatsResponse.stats:type_name -> arbor.directory.v1.MemberStats
-	20, // 65: arbor.directory.v1.Directory.InitCluster:input_type -> arbor.directory.v1.InitClusterRequest
-	52, // 66: arbor.directory.v1.Directory.Status:input_type -> arbor.directory.v1.StatusRequest
-	21, // 67: arbor.directory.v1.Directory.Register:input_type -> arbor.directory.v1.RegisterRequest
-	50, // 68: arbor.directory.v1.Directory.Heartbeat:input_type -> arbor.directory.v1.HeartbeatRequest
-	54, // 69: arbor.directory.v1.Directory.ListNodes:input_type -> arbor.directory.v1.ListNodesRequest
-	56, // 70: arbor.directory.v1.Directory.GetNode:input_type -> arbor.directory.v1.GetNodeRequest
-	23, // 71: arbor.directory.v1.Directory.Decommission:input_type -> arbor.directory.v1.DecommissionRequest
-	71, // 72: arbor.directory.v1.Directory.GetMemberStats:input_type -> arbor.directory.v1.GetMemberStatsRequest
-	39, // 73: arbor.directory.v1.Directory.GrantLease:input_type -> arbor.directory.v1.GrantLeaseRequest
-	40, // 74: arbor.directory.v1.Directory.RenewLease:input_type -> arbor.directory.v1.RenewLeaseRequest
-	41, // 75: arbor.directory.v1.Directory.ReleaseLease:input_type -> arbor.directory.v1.ReleaseLeaseRequest
-	57, // 76: arbor.directory.v1.Directory.GetLease:input_type -> arbor.directory.v1.GetLeaseRequest
-	58, // 77: arbor.directory.v1.Directory.GetConfig:input_type -> arbor.directory.v1.GetConfigRequest
-	59, // 78: arbor.directory.v1.Directory.ListConfig:input_type -> arbor.directory.v1.ListConfigRequest
-	42, // 79: arbor.directory.v1.Directory.PutConfig:input_type -> arbor.directory.v1.PutConfigRequest
-	43, // 80: arbor.directory.v1.Directory.DeleteConfig:input_type -> arbor.directory.v1.DeleteConfigRequest
-	35, // 81: arbor.directory.v1.Directory.CreateFileSystem:input_type -> arbor.directory.v1.CreateFileSystemRequest
-	36, // 82: arbor.directory.v1.Directory.DeleteFileSystem:input_type -> arbor.directory.v1.DeleteFileSystemRequest
-	62, // 83: arbor.directory.v1.Directory.GetFileSystem:input_type -> arbor.directory.v1.GetFileSystemRequest
-	63, // 84: arbor.directory.v1.Directory.ListFileSystems:input_type -> arbor.directory.v1.ListFileSystemsRequest
-	37, // 85: arbor.directory.v1.Directory.CreateSnapshot:input_type -> arbor.directory.v1.CreateSnapshotRequest
-	38, // 86: arbor.directory.v1.Directory.DeleteSnapshot:input_type -> arbor.directory.v1.DeleteSnapshotRequest
-	65, // 87: arbor.directory.v1.Directory.GetTLT:input_type -> arbor.directory.v1.GetTLTRequest
-	25, // 88: arbor.directory.v1.Directory.InstallTLT:input_type -> arbor.directory.v1.InstallTLTRequest
-	27, // 89: arbor.directory.v1.Directory.UpdateTLTRows:input_type -> arbor.directory.v1.UpdateTLTRowsRequest
-	28, // 90: arbor.directory.v1.Directory.CreateExtent:input_type -> arbor.directory.v1.CreateExtentRequest
-	66, // 91: arbor.directory.v1.Directory.GetExtent:input_type -> arbor.directory.v1.GetExtentRequest
-	67, // 92: arbor.directory.v1.Directory.ListExtents:input_type -> arbor.directory.v1.ListExtentsRequest
-	29, // 93: arbor.directory.v1.Directory.ChangeExtentReplicas:input_type -> arbor.directory.v1.ChangeExtentReplicasRequest
-	69, // 94: arbor.directory.v1.Directory.GetDelegationMap:input_type -> arbor.directory.v1.GetDelegationMapRequest
-	30, // 95: arbor.directory.v1.Directory.SetDelegation:input_type -> arbor.directory.v1.SetDelegationRequest
-	31, // 96: arbor.directory.v1.Directory.RenewDelegation:input_type -> arbor.directory.v1.RenewDelegationRequest
-	32, // 97: arbor.directory.v1.Directory.DeleteDelegation:input_type -> arbor.directory.v1.DeleteDelegationRequest
-	33, // 98: arbor.directory.v1.Directory.SplitDelegation:input_type -> arbor.directory.v1.SplitDelegationRequest
-	3,  // 99: arbor.directory.v1.Directory.InitCluster:output_type -> arbor.directory.v1.ClusterInfo
-	53, // 100: arbor.directory.v1.Directory.Status:output_type -> arbor.directory.v1.StatusResponse
-	49, // 101: arbor.directory.v1.Directory.Register:output_type -> arbor.directory.v1.RegisterResponse
-	51, // 102: arbor.directory.v1.Directory.Heartbeat:output_type -> arbor.directory.v1.HeartbeatResponse
-	55, // 103: arbor.directory.v1.Directory.ListNodes:output_type -> arbor.directory.v1.ListNodesResponse
-	5,  // 104: arbor.directory.v1.Directory.GetNode:output_type -> arbor.directory.v1.Node
-	5,  // 105: arbor.directory.v1.Directory.Decommission:output_type -> arbor.directory.v1.Node
-	72, // 106: arbor.directory.v1.Directory.GetMemberStats:output_type -> arbor.directory.v1.GetMemberStatsResponse
-	17, // 107: arbor.directory.v1.Directory.GrantLease:output_type -> arbor.directory.v1.Lease
-	17, // 108: arbor.directory.v1.Directory.RenewLease:output_type -> arbor.directory.v1.Lease
-	17, // 109: arbor.directory.v1.Directory.ReleaseLease:output_type -> arbor.directory.v1.Lease
-	17, // 110: arbor.directory.v1.Directory.GetLease:output_type -> arbor.directory.v1.Lease
-	18, // 111: arbor.directory.v1.Directory.GetConfig:output_type -> arbor.directory.v1.ConfigEntry
-	60, // 112: arbor.directory.v1.Directory.ListConfig:output_type -> arbor.directory.v1.ListConfigResponse
-	18, // 113: arbor.directory.v1.Directory.PutConfig:output_type -> arbor.directory.v1.ConfigEntry
-	61, // 114: arbor.directory.v1.Directory.DeleteConfig:output_type -> arbor.directory.v1.DeleteConfigResponse
-	16, // 115: arbor.directory.v1.Directory.CreateFileSystem:output_type -> arbor.directory.v1.FileSystem
-	16, // 116: arbor.directory.v1.Directory.DeleteFileSystem:output_type -> arbor.directory.v1.FileSystem
-	16, // 117: arbor.directory.v1.Directory.GetFileSystem:output_type -> arbor.directory.v1.FileSystem
-	64, // 118: arbor.directory.v1.Directory.ListFileSystems:output_type -> arbor.directory.v1.ListFileSystemsResponse
-	15, // 119: arbor.directory.v1.Directory.CreateSnapshot:output_type -> arbor.directory.v1.Snapshot
-	16, // 120: arbor.directory.v1.Directory.DeleteSnapshot:output_type -> arbor.directory.v1.FileSystem
-	10, // 121: arbor.directory.v1.Directory.GetTLT:output_type -> arbor.directory.v1.TLT
-	46, // 122: arbor.directory.v1.Directory.InstallTLT:output_type -> arbor.directory.v1.TLTVersion
-	46, // 123: arbor.directory.v1.Directory.UpdateTLTRows:output_type -> arbor.directory.v1.TLTVersion
-	12, // 124: arbor.directory.v1.Directory.CreateExtent:output_type -> arbor.directory.v1.Extent
-	12, // 125: arbor.directory.v1.Directory.GetExtent:output_type -> arbor.directory.v1.Extent
-	68, // 126: arbor.directory.v1.Directory.ListExtents:output_type -> arbor.directory.v1.ListExtentsResponse
-	12, // 127: arbor.directory.v1.Directory.ChangeExtentReplicas:output_type -> arbor.directory.v1.Extent
-	14, // 128: arbor.directory.v1.Directory.GetDelegationMap:output_type -> arbor.directory.v1.DelegationMap
-	13, // 129: arbor.directory.v1.Directory.SetDelegation:output_type -> arbor.directory.v1.Delegation
-	13, // 130: arbor.directory.v1.Directory.RenewDelegation:output_type -> arbor.directory.v1.Delegation
-	70, // 131: arbor.directory.v1.Directory.DeleteDelegation:output_type -> arbor.directory.v1.DeleteDelegationResponse
-	34, // 132: arbor.directory.v1.Directory.SplitDelegation:output_type -> arbor.directory.v1.DelegationPair
-	99, // [99:133] is the sub-list for method output_type
-	65, // [65:99] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	4,   // 0: arbor.directory.v1.Node.disks:type_name -> arbor.directory.v1.Disk
+	0,   // 1: arbor.directory.v1.Node.state:type_name -> arbor.directory.v1.NodeState
+	7,   // 2: arbor.directory.v1.PendingEntry.server:type_name -> arbor.directory.v1.TractServer
+	7,   // 3: arbor.directory.v1.TLTRow.slots:type_name -> arbor.directory.v1.TractServer
+	8,   // 4: arbor.directory.v1.TLTRow.pending:type_name -> arbor.directory.v1.PendingEntry
+	9,   // 5: arbor.directory.v1.TLT.rows:type_name -> arbor.directory.v1.TLTRow
+	11,  // 6: arbor.directory.v1.Extent.geometry:type_name -> arbor.directory.v1.ExtentGeometry
+	13,  // 7: arbor.directory.v1.DelegationMap.delegations:type_name -> arbor.directory.v1.Delegation
+	15,  // 8: arbor.directory.v1.FileSystem.snapshots:type_name -> arbor.directory.v1.Snapshot
+	4,   // 9: arbor.directory.v1.RegisterRequest.disks:type_name -> arbor.directory.v1.Disk
+	0,   // 10: arbor.directory.v1.SetNodeState.state:type_name -> arbor.directory.v1.NodeState
+	6,   // 11: arbor.directory.v1.UpdateMemberStats.stats:type_name -> arbor.directory.v1.MemberStats
+	9,   // 12: arbor.directory.v1.InstallTLTRequest.rows:type_name -> arbor.directory.v1.TLTRow
+	7,   // 13: arbor.directory.v1.RowUpdate.slots:type_name -> arbor.directory.v1.TractServer
+	8,   // 14: arbor.directory.v1.RowUpdate.pending:type_name -> arbor.directory.v1.PendingEntry
+	26,  // 15: arbor.directory.v1.UpdateTLTRowsRequest.updates:type_name -> arbor.directory.v1.RowUpdate
+	11,  // 16: arbor.directory.v1.CreateExtentRequest.geometry:type_name -> arbor.directory.v1.ExtentGeometry
+	31,  // 17: arbor.directory.v1.RenewDelegationsRequest.renewals:type_name -> arbor.directory.v1.RenewDelegationRequest
+	49,  // 18: arbor.directory.v1.RenewDelegationsResponse.results:type_name -> arbor.directory.v1.CommandResult
+	13,  // 19: arbor.directory.v1.DelegationPair.left:type_name -> arbor.directory.v1.Delegation
+	13,  // 20: arbor.directory.v1.DelegationPair.right:type_name -> arbor.directory.v1.Delegation
+	49,  // 21: arbor.directory.v1.RequestRecord.result:type_name -> arbor.directory.v1.CommandResult
+	20,  // 22: arbor.directory.v1.Command.init_cluster:type_name -> arbor.directory.v1.InitClusterRequest
+	21,  // 23: arbor.directory.v1.Command.register_node:type_name -> arbor.directory.v1.RegisterRequest
+	22,  // 24: arbor.directory.v1.Command.set_node_state:type_name -> arbor.directory.v1.SetNodeState
+	23,  // 25: arbor.directory.v1.Command.decommission_node:type_name -> arbor.directory.v1.DecommissionRequest
+	24,  // 26: arbor.directory.v1.Command.update_member_stats:type_name -> arbor.directory.v1.UpdateMemberStats
+	25,  // 27: arbor.directory.v1.Command.install_tlt:type_name -> arbor.directory.v1.InstallTLTRequest
+	27,  // 28: arbor.directory.v1.Command.update_tlt_rows:type_name -> arbor.directory.v1.UpdateTLTRowsRequest
+	28,  // 29: arbor.directory.v1.Command.create_extent:type_name -> arbor.directory.v1.CreateExtentRequest
+	29,  // 30: arbor.directory.v1.Command.change_extent_replicas:type_name -> arbor.directory.v1.ChangeExtentReplicasRequest
+	30,  // 31: arbor.directory.v1.Command.set_delegation:type_name -> arbor.directory.v1.SetDelegationRequest
+	31,  // 32: arbor.directory.v1.Command.renew_delegation:type_name -> arbor.directory.v1.RenewDelegationRequest
+	34,  // 33: arbor.directory.v1.Command.delete_delegation:type_name -> arbor.directory.v1.DeleteDelegationRequest
+	35,  // 34: arbor.directory.v1.Command.split_delegation:type_name -> arbor.directory.v1.SplitDelegationRequest
+	32,  // 35: arbor.directory.v1.Command.renew_delegations:type_name -> arbor.directory.v1.RenewDelegationsRequest
+	37,  // 36: arbor.directory.v1.Command.create_file_system:type_name -> arbor.directory.v1.CreateFileSystemRequest
+	38,  // 37: arbor.directory.v1.Command.delete_file_system:type_name -> arbor.directory.v1.DeleteFileSystemRequest
+	39,  // 38: arbor.directory.v1.Command.create_snapshot:type_name -> arbor.directory.v1.CreateSnapshotRequest
+	40,  // 39: arbor.directory.v1.Command.delete_snapshot:type_name -> arbor.directory.v1.DeleteSnapshotRequest
+	41,  // 40: arbor.directory.v1.Command.grant_lease:type_name -> arbor.directory.v1.GrantLeaseRequest
+	42,  // 41: arbor.directory.v1.Command.renew_lease:type_name -> arbor.directory.v1.RenewLeaseRequest
+	43,  // 42: arbor.directory.v1.Command.release_lease:type_name -> arbor.directory.v1.ReleaseLeaseRequest
+	44,  // 43: arbor.directory.v1.Command.put_config:type_name -> arbor.directory.v1.PutConfigRequest
+	45,  // 44: arbor.directory.v1.Command.delete_config:type_name -> arbor.directory.v1.DeleteConfigRequest
+	1,   // 45: arbor.directory.v1.CommandResult.code:type_name -> arbor.directory.v1.ErrorCode
+	3,   // 46: arbor.directory.v1.CommandResult.cluster:type_name -> arbor.directory.v1.ClusterInfo
+	5,   // 47: arbor.directory.v1.CommandResult.node:type_name -> arbor.directory.v1.Node
+	48,  // 48: arbor.directory.v1.CommandResult.tlt:type_name -> arbor.directory.v1.TLTVersion
+	12,  // 49: arbor.directory.v1.CommandResult.extent:type_name -> arbor.directory.v1.Extent
+	13,  // 50: arbor.directory.v1.CommandResult.delegation:type_name -> arbor.directory.v1.Delegation
+	16,  // 51: arbor.directory.v1.CommandResult.file_system:type_name -> arbor.directory.v1.FileSystem
+	15,  // 52: arbor.directory.v1.CommandResult.snapshot:type_name -> arbor.directory.v1.Snapshot
+	17,  // 53: arbor.directory.v1.CommandResult.lease:type_name -> arbor.directory.v1.Lease
+	18,  // 54: arbor.directory.v1.CommandResult.config_entry:type_name -> arbor.directory.v1.ConfigEntry
+	36,  // 55: arbor.directory.v1.CommandResult.delegation_pair:type_name -> arbor.directory.v1.DelegationPair
+	33,  // 56: arbor.directory.v1.CommandResult.renewals:type_name -> arbor.directory.v1.RenewDelegationsResponse
+	5,   // 57: arbor.directory.v1.RegisterResponse.node:type_name -> arbor.directory.v1.Node
+	3,   // 58: arbor.directory.v1.RegisterResponse.cluster:type_name -> arbor.directory.v1.ClusterInfo
+	6,   // 59: arbor.directory.v1.HeartbeatRequest.stats:type_name -> arbor.directory.v1.MemberStats
+	2,   // 60: arbor.directory.v1.HeartbeatResponse.action:type_name -> arbor.directory.v1.HeartbeatAction
+	0,   // 61: arbor.directory.v1.HeartbeatResponse.state:type_name -> arbor.directory.v1.NodeState
+	5,   // 62: arbor.directory.v1.StatusResponse.nodes:type_name -> arbor.directory.v1.Node
+	3,   // 63: arbor.directory.v1.StatusResponse.cluster:type_name -> arbor.directory.v1.ClusterInfo
+	5,   // 64: arbor.directory.v1.ListNodesResponse.nodes:type_name -> arbor.directory.v1.Node
+	18,  // 65: arbor.directory.v1.ListConfigResponse.entries:type_name -> arbor.directory.v1.ConfigEntry
+	16,  // 66: arbor.directory.v1.ListFileSystemsResponse.file_systems:type_name -> arbor.directory.v1.FileSystem
+	12,  // 67: arbor.directory.v1.ListExtentsResponse.extents:type_name -> arbor.directory.v1.Extent
+	6,   // 68: arbor.directory.v1.GetMemberStatsResponse.stats:type_name -> arbor.directory.v1.MemberStats
+	20,  // 69: arbor.directory.v1.Directory.InitCluster:input_type -> arbor.directory.v1.InitClusterRequest
+	54,  // 70: arbor.directory.v1.Directory.Status:input_type -> arbor.directory.v1.StatusRequest
+	21,  // 71: arbor.directory.v1.Directory.Register:input_type -> arbor.directory.v1.RegisterRequest
+	52,  // 72: arbor.directory.v1.Directory.Heartbeat:input_type -> arbor.directory.v1.HeartbeatRequest
+	56,  // 73: arbor.directory.v1.Directory.ListNodes:input_type -> arbor.directory.v1.ListNodesRequest
+	58,  // 74: arbor.directory.v1.Directory.GetNode:input_type -> arbor.directory.v1.GetNodeRequest
+	23,  // 75: arbor.directory.v1.Directory.Decommission:input_type -> arbor.directory.v1.DecommissionRequest
+	73,  // 76: arbor.directory.v1.Directory.GetMemberStats:input_type -> arbor.directory.v1.GetMemberStatsRequest
+	41,  // 77: arbor.directory.v1.Directory.GrantLease:input_type -> arbor.directory.v1.GrantLeaseRequest
+	42,  // 78: arbor.directory.v1.Directory.RenewLease:input_type -> arbor.directory.v1.RenewLeaseRequest
+	43,  // 79: arbor.directory.v1.Directory.ReleaseLease:input_type -> arbor.directory.v1.ReleaseLeaseRequest
+	59,  // 80: arbor.directory.v1.Directory.GetLease:input_type -> arbor.directory.v1.GetLeaseRequest
+	60,  // 81: arbor.directory.v1.Directory.GetConfig:input_type -> arbor.directory.v1.GetConfigRequest
+	61,  // 82: arbor.directory.v1.Directory.ListConfig:input_type -> arbor.directory.v1.ListConfigRequest
+	44,  // 83: arbor.directory.v1.Directory.PutConfig:input_type -> arbor.directory.v1.PutConfigRequest
+	45,  // 84: arbor.directory.v1.Directory.DeleteConfig:input_type -> arbor.directory.v1.DeleteConfigRequest
+	37,  // 85: arbor.directory.v1.Directory.CreateFileSystem:input_type -> arbor.directory.v1.CreateFileSystemRequest
+	38,  // 86: arbor.directory.v1.Directory.DeleteFileSystem:input_type -> arbor.directory.v1.DeleteFileSystemRequest
+	64,  // 87: arbor.directory.v1.Directory.GetFileSystem:input_type -> arbor.directory.v1.GetFileSystemRequest
+	65,  // 88: arbor.directory.v1.Directory.ListFileSystems:input_type -> arbor.directory.v1.ListFileSystemsRequest
+	39,  // 89: arbor.directory.v1.Directory.CreateSnapshot:input_type -> arbor.directory.v1.CreateSnapshotRequest
+	40,  // 90: arbor.directory.v1.Directory.DeleteSnapshot:input_type -> arbor.directory.v1.DeleteSnapshotRequest
+	67,  // 91: arbor.directory.v1.Directory.GetTLT:input_type -> arbor.directory.v1.GetTLTRequest
+	25,  // 92: arbor.directory.v1.Directory.InstallTLT:input_type -> arbor.directory.v1.InstallTLTRequest
+	27,  // 93: arbor.directory.v1.Directory.UpdateTLTRows:input_type -> arbor.directory.v1.UpdateTLTRowsRequest
+	28,  // 94: arbor.directory.v1.Directory.CreateExtent:input_type -> arbor.directory.v1.CreateExtentRequest
+	68,  // 95: arbor.directory.v1.Directory.GetExtent:input_type -> arbor.directory.v1.GetExtentRequest
+	69,  // 96: arbor.directory.v1.Directory.ListExtents:input_type -> arbor.directory.v1.ListExtentsRequest
+	29,  // 97: arbor.directory.v1.Directory.ChangeExtentReplicas:input_type -> arbor.directory.v1.ChangeExtentReplicasRequest
+	71,  // 98: arbor.directory.v1.Directory.GetDelegationMap:input_type -> arbor.directory.v1.GetDelegationMapRequest
+	30,  // 99: arbor.directory.v1.Directory.SetDelegation:input_type -> arbor.directory.v1.SetDelegationRequest
+	31,  // 100: arbor.directory.v1.Directory.RenewDelegation:input_type -> arbor.directory.v1.RenewDelegationRequest
+	32,  // 101: arbor.directory.v1.Directory.RenewDelegations:input_type -> arbor.directory.v1.RenewDelegationsRequest
+	34,  // 102: arbor.directory.v1.Directory.DeleteDelegation:input_type -> arbor.directory.v1.DeleteDelegationRequest
+	35,  // 103: arbor.directory.v1.Directory.SplitDelegation:input_type -> arbor.directory.v1.SplitDelegationRequest
+	3,   // 104: arbor.directory.v1.Directory.InitCluster:output_type -> arbor.directory.v1.ClusterInfo
+	55,  // 105: arbor.directory.v1.Directory.Status:output_type -> arbor.directory.v1.StatusResponse
+	51,  // 106: arbor.directory.v1.Directory.Register:output_type -> arbor.directory.v1.RegisterResponse
+	53,  // 107: arbor.directory.v1.Directory.Heartbeat:output_type -> arbor.directory.v1.HeartbeatResponse
+	57,  // 108: arbor.directory.v1.Directory.ListNodes:output_type -> arbor.directory.v1.ListNodesResponse
+	5,   // 109: arbor.directory.v1.Directory.GetNode:output_type -> arbor.directory.v1.Node
+	5,   // 110: arbor.directory.v1.Directory.Decommission:output_type -> arbor.directory.v1.Node
+	74,  // 111: arbor.directory.v1.Directory.GetMemberStats:output_type -> arbor.directory.v1.GetMemberStatsResponse
+	17,  // 112: arbor.directory.v1.Directory.GrantLease:output_type -> arbor.directory.v1.Lease
+	17,  // 113: arbor.directory.v1.Directory.RenewLease:output_type -> arbor.directory.v1.Lease
+	17,  // 114: arbor.directory.v1.Directory.ReleaseLease:output_type -> arbor.directory.v1.Lease
+	17,  // 115: arbor.directory.v1.Directory.GetLease:output_type -> arbor.directory.v1.Lease
+	18,  // 116: arbor.directory.v1.Directory.GetConfig:output_type -> arbor.directory.v1.ConfigEntry
+	62,  // 117: arbor.directory.v1.Directory.ListConfig:output_type -> arbor.directory.v1.ListConfigResponse
+	18,  // 118: arbor.directory.v1.Directory.PutConfig:output_type -> arbor.directory.v1.ConfigEntry
+	63,  // 119: arbor.directory.v1.Directory.DeleteConfig:output_type -> arbor.directory.v1.DeleteConfigResponse
+	16,  // 120: arbor.directory.v1.Directory.CreateFileSystem:output_type -> arbor.directory.v1.FileSystem
+	16,  // 121: arbor.directory.v1.Directory.DeleteFileSystem:output_type -> arbor.directory.v1.FileSystem
+	16,  // 122: arbor.directory.v1.Directory.GetFileSystem:output_type -> arbor.directory.v1.FileSystem
+	66,  // 123: arbor.directory.v1.Directory.ListFileSystems:output_type -> arbor.directory.v1.ListFileSystemsResponse
+	15,  // 124: arbor.directory.v1.Directory.CreateSnapshot:output_type -> arbor.directory.v1.Snapshot
+	16,  // 125: arbor.directory.v1.Directory.DeleteSnapshot:output_type -> arbor.directory.v1.FileSystem
+	10,  // 126: arbor.directory.v1.Directory.GetTLT:output_type -> arbor.directory.v1.TLT
+	48,  // 127: arbor.directory.v1.Directory.InstallTLT:output_type -> arbor.directory.v1.TLTVersion
+	48,  // 128: arbor.directory.v1.Directory.UpdateTLTRows:output_type -> arbor.directory.v1.TLTVersion
+	12,  // 129: arbor.directory.v1.Directory.CreateExtent:output_type -> arbor.directory.v1.Extent
+	12,  // 130: arbor.directory.v1.Directory.GetExtent:output_type -> arbor.directory.v1.Extent
+	70,  // 131: arbor.directory.v1.Directory.ListExtents:output_type -> arbor.directory.v1.ListExtentsResponse
+	12,  // 132: arbor.directory.v1.Directory.ChangeExtentReplicas:output_type -> arbor.directory.v1.Extent
+	14,  // 133: arbor.directory.v1.Directory.GetDelegationMap:output_type -> arbor.directory.v1.DelegationMap
+	13,  // 134: arbor.directory.v1.Directory.SetDelegation:output_type -> arbor.directory.v1.Delegation
+	13,  // 135: arbor.directory.v1.Directory.RenewDelegation:output_type -> arbor.directory.v1.Delegation
+	33,  // 136: arbor.directory.v1.Directory.RenewDelegations:output_type -> arbor.directory.v1.RenewDelegationsResponse
+	72,  // 137: arbor.directory.v1.Directory.DeleteDelegation:output_type -> arbor.directory.v1.DeleteDelegationResponse
+	36,  // 138: arbor.directory.v1.Directory.SplitDelegation:output_type -> arbor.directory.v1.DelegationPair
+	104, // [104:139] is the sub-list for method output_type
+	69,  // [69:104] is the sub-list for method input_type
+	69,  // [69:69] is the sub-list for extension type_name
+	69,  // [69:69] is the sub-list for extension extendee
+	0,   // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_internal_directory_directorypb_directory_proto_init() }
@@ -5630,9 +5773,9 @@ func file_internal_directory_directorypb_directory_proto_init() {
 	if File_internal_directory_directorypb_directory_proto != nil {
 		return
 	}
-	file_internal_directory_directorypb_directory_proto_msgTypes[39].OneofWrappers = []any{}
-	file_internal_directory_directorypb_directory_proto_msgTypes[40].OneofWrappers = []any{}
-	file_internal_directory_directorypb_directory_proto_msgTypes[42].OneofWrappers = []any{
+	file_internal_directory_directorypb_directory_proto_msgTypes[41].OneofWrappers = []any{}
+	file_internal_directory_directorypb_directory_proto_msgTypes[42].OneofWrappers = []any{}
+	file_internal_directory_directorypb_directory_proto_msgTypes[44].OneofWrappers = []any{
 		(*Command_InitCluster)(nil),
 		(*Command_RegisterNode)(nil),
 		(*Command_SetNodeState)(nil),
@@ -5646,6 +5789,7 @@ func file_internal_directory_directorypb_directory_proto_init() {
 		(*Command_RenewDelegation)(nil),
 		(*Command_DeleteDelegation)(nil),
 		(*Command_SplitDelegation)(nil),
+		(*Command_RenewDelegations)(nil),
 		(*Command_CreateFileSystem)(nil),
 		(*Command_DeleteFileSystem)(nil),
 		(*Command_CreateSnapshot)(nil),
@@ -5656,7 +5800,7 @@ func file_internal_directory_directorypb_directory_proto_init() {
 		(*Command_PutConfig)(nil),
 		(*Command_DeleteConfig)(nil),
 	}
-	file_internal_directory_directorypb_directory_proto_msgTypes[44].OneofWrappers = []any{
+	file_internal_directory_directorypb_directory_proto_msgTypes[46].OneofWrappers = []any{
 		(*CommandResult_Cluster)(nil),
 		(*CommandResult_Node)(nil),
 		(*CommandResult_Tlt)(nil),
@@ -5668,6 +5812,7 @@ func file_internal_directory_directorypb_directory_proto_init() {
 		(*CommandResult_ConfigEntry)(nil),
 		(*CommandResult_Version)(nil),
 		(*CommandResult_DelegationPair)(nil),
+		(*CommandResult_Renewals)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5675,7 +5820,7 @@ func file_internal_directory_directorypb_directory_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_directory_directorypb_directory_proto_rawDesc), len(file_internal_directory_directorypb_directory_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   70,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -56,6 +56,7 @@ const (
 	Directory_GetDelegationMap_FullMethodName     = "/arbor.directory.v1.Directory/GetDelegationMap"
 	Directory_SetDelegation_FullMethodName        = "/arbor.directory.v1.Directory/SetDelegation"
 	Directory_RenewDelegation_FullMethodName      = "/arbor.directory.v1.Directory/RenewDelegation"
+	Directory_RenewDelegations_FullMethodName     = "/arbor.directory.v1.Directory/RenewDelegations"
 	Directory_DeleteDelegation_FullMethodName     = "/arbor.directory.v1.Directory/DeleteDelegation"
 	Directory_SplitDelegation_FullMethodName      = "/arbor.directory.v1.Directory/SplitDelegation"
 )
@@ -100,6 +101,7 @@ type DirectoryClient interface {
 	GetDelegationMap(ctx context.Context, in *GetDelegationMapRequest, opts ...grpc.CallOption) (*DelegationMap, error)
 	SetDelegation(ctx context.Context, in *SetDelegationRequest, opts ...grpc.CallOption) (*Delegation, error)
 	RenewDelegation(ctx context.Context, in *RenewDelegationRequest, opts ...grpc.CallOption) (*Delegation, error)
+	RenewDelegations(ctx context.Context, in *RenewDelegationsRequest, opts ...grpc.CallOption) (*RenewDelegationsResponse, error)
 	DeleteDelegation(ctx context.Context, in *DeleteDelegationRequest, opts ...grpc.CallOption) (*DeleteDelegationResponse, error)
 	SplitDelegation(ctx context.Context, in *SplitDelegationRequest, opts ...grpc.CallOption) (*DelegationPair, error)
 }
@@ -432,6 +434,16 @@ func (c *directoryClient) RenewDelegation(ctx context.Context, in *RenewDelegati
 	return out, nil
 }
 
+func (c *directoryClient) RenewDelegations(ctx context.Context, in *RenewDelegationsRequest, opts ...grpc.CallOption) (*RenewDelegationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewDelegationsResponse)
+	err := c.cc.Invoke(ctx, Directory_RenewDelegations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *directoryClient) DeleteDelegation(ctx context.Context, in *DeleteDelegationRequest, opts ...grpc.CallOption) (*DeleteDelegationResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DeleteDelegationResponse)
@@ -492,6 +504,7 @@ type DirectoryServer interface {
 	GetDelegationMap(context.Context, *GetDelegationMapRequest) (*DelegationMap, error)
 	SetDelegation(context.Context, *SetDelegationRequest) (*Delegation, error)
 	RenewDelegation(context.Context, *RenewDelegationRequest) (*Delegation, error)
+	RenewDelegations(context.Context, *RenewDelegationsRequest) (*RenewDelegationsResponse, error)
 	DeleteDelegation(context.Context, *DeleteDelegationRequest) (*DeleteDelegationResponse, error)
 	SplitDelegation(context.Context, *SplitDelegationRequest) (*DelegationPair, error)
 	mustEmbedUnimplementedDirectoryServer()
@@ -599,6 +612,9 @@ func (UnimplementedDirectoryServer) SetDelegation(context.Context, *SetDelegatio
 }
 func (UnimplementedDirectoryServer) RenewDelegation(context.Context, *RenewDelegationRequest) (*Delegation, error) {
 	return nil, status.Error(codes.Unimplemented, "method RenewDelegation not implemented")
+}
+func (UnimplementedDirectoryServer) RenewDelegations(context.Context, *RenewDelegationsRequest) (*RenewDelegationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewDelegations not implemented")
 }
 func (UnimplementedDirectoryServer) DeleteDelegation(context.Context, *DeleteDelegationRequest) (*DeleteDelegationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteDelegation not implemented")
@@ -1203,6 +1219,24 @@ func _Directory_RenewDelegation_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Directory_RenewDelegations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewDelegationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DirectoryServer).RenewDelegations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Directory_RenewDelegations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DirectoryServer).RenewDelegations(ctx, req.(*RenewDelegationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Directory_DeleteDelegation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DeleteDelegationRequest)
 	if err := dec(in); err != nil {
@@ -1373,6 +1407,10 @@ var Directory_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RenewDelegation",
 			Handler:    _Directory_RenewDelegation_Handler,
+		},
+		{
+			MethodName: "RenewDelegations",
+			Handler:    _Directory_RenewDelegations_Handler,
 		},
 		{
 			MethodName: "DeleteDelegation",
