@@ -60,6 +60,24 @@ func wantOf(ctx context.Context) (Want, bool) {
 	return w, ok
 }
 
+type replayKey struct{}
+
+// WithReplay returns ctx for an operation its session runs again because
+// the server that answered it early lost it (meta's client replay). Its
+// session held what it touched then: a data commit to a file orphaned
+// while open, whose orphan record names no session (it was unlinked at an
+// owner that did not know the opens yet), is taken from it although the
+// owner has not heard of the open yet (the session tells it after its
+// replays, and no such orphan is reclaimed before every session has).
+func WithReplay(ctx context.Context) context.Context {
+	return context.WithValue(ctx, replayKey{}, true)
+}
+
+func isReplay(ctx context.Context) bool {
+	r, _ := ctx.Value(replayKey{}).(bool)
+	return r
+}
+
 type earlyKey struct{}
 
 // WithEarly returns ctx for an operation whose caller may be answered

@@ -400,7 +400,7 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 			if err != nil {
 				return err
 			}
-			if rec.Mount != session && (rec.Mount != 0 || !f.opens.holds(h, session)) {
+			if rec.Mount != session && (rec.Mount != 0 || !(f.opens.holds(h, session) || isReplay(ctx))) {
 				return errf(syscall.ESTALE, "file %v was removed by another client", h)
 			}
 		}

@@ -66,6 +66,9 @@ func (s *Server) run(ctx context.Context, req request, fn, rebuild func(ctx cont
 	if replay && h.GetNowNs() != 0 {
 		now = time.Unix(0, h.GetNowNs())
 	}
+	if replay {
+		ctx = fs.WithReplay(ctx)
+	}
 	ctx = fs.WithOpTime(ctx, now)
 	st.stats.count(t.id, req.create)
 	var tag *replyTag
