@@ -145,6 +145,14 @@
 //     sees a change once it is durable). So the operations of different
 //     sessions that were answered early never depend on each other, and
 //     their replays commute. A session's own writes are read at once.
+//     A server reads the keys of tables it does not serve from the
+//     committed tree, which misses what their owners answered early: a
+//     lookup whose object lives in such a table (a hard link, a file
+//     renamed across tables, a remote directory) says so and the client
+//     asks the owner; READDIRPLUS leaves such entries without attributes.
+//   - A replay's answer shows the state before the session's later
+//     operations that are replayed after it: the client keeps nothing of
+//     it (no cached directory attributes).
 //   - Entries commit in queue order, so what survives a crash of a store
 //     is a prefix of what it answered. A mutation sent to one server first
 //     waits until what other servers answered this session earlier is
@@ -221,8 +229,9 @@
 // depth (in the root: always remote); a remote one goes to the server AT's
 // weighted round robin picks, as a new root of the too-deep region whose
 // id range is carved into a table of its own (split off, served here for
-// the mkdir, then moved). Files always stay with their directory. Since
-// every table renews a lease in the directory once a second, placement
+// the mkdir, then moved). Files always stay with their directory. Every
+// table has a lease in the directory, renewed once a second (one
+// RenewDelegations command per server renews all of its tables); placement
 // stops going remote once the members serve 32 tables each on average.
 //
 // # Snapshots
