@@ -98,6 +98,11 @@ func newJournal(m *FSClient) *journal {
 func (j *journal) note(op *unsafeOp, node uint64, ack *pb.Ack) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.noteLocked(op, node, ack)
+}
+
+// noteLocked is note with j.mu held.
+func (j *journal) noteLocked(op *unsafeOp, node uint64, ack *pb.Ack) {
 	defer j.cond.Broadcast()
 	if op != nil {
 		j.dropLocked(op) // a replay leaves its old place
@@ -317,13 +322,16 @@ func (j *journal) replay() {
 			j.mu.Unlock()
 			break
 		}
+		// The op stays in lostOps while it is replayed, so that a barrier
+		// or sync that starts meanwhile waits for it (it is in no
+		// store's list until note puts it in its new one).
 		op := j.lostOps[0]
-		j.lostOps = j.lostOps[1:]
 		j.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), replayTimeout)
 		node, ack, err := j.m.replayOne(ctx, op, touched)
 		cancel()
 		j.mu.Lock()
+		j.lostOps = j.lostOps[1:]
 		j.stats.Replayed++
 		if err != nil {
 			op.safe = true
@@ -336,8 +344,8 @@ func (j *journal) replay() {
 			j.mu.Unlock()
 			continue
 		}
+		j.noteLocked(op, node, ack)
 		j.mu.Unlock()
-		j.note(op, node, ack)
 	}
 	for _, rt := range touched {
 		ctx, cancel := context.WithTimeout(context.Background(), safePollWait)
