@@ -66,7 +66,8 @@ func startDev(t *testing.T, bin string, args ...string) *devRun {
 		}
 	})
 	deadline := time.After(90 * time.Second)
-	for !strings.Contains(r.stdout.String(), " is up: ") {
+	// The banner ends with "running until": its lines are separate writes.
+	for !strings.Contains(r.stdout.String(), "running until ") {
 		select {
 		case err := <-r.done:
 			r.done <- err
