@@ -33,6 +33,21 @@ func (f *FS) orphaned(ctx context.Context, h Handle) {
 	}
 }
 
+// dataHeld reports whether a session other than the caller's holds h's
+// data (SetHold), so that reclaiming it now would wait for the hold.
+func (f *FS) dataHeld(ctx context.Context, h Handle) bool {
+	held := false
+	_ = f.view(ctx, func(tx MetaTxn, s uint64) error {
+		n, err := readInode(tx, f.keys, h, s)
+		if err != nil {
+			return err
+		}
+		held = f.heldFrom(ctx, n)
+		return nil
+	})
+	return held
+}
+
 // errTrimPending: an orphan's inode still has blocks to trim.
 var errTrimPending = errors.New("fs: the orphan's blocks are not all trimmed yet")
 
@@ -258,6 +273,12 @@ func (f *FS) ReclaimOrphansIn(ctx context.Context, r DRange, all bool) error {
 			if seen > expired {
 				continue // its session may hold it open elsewhere
 			}
+		}
+		if f.dataHeld(ctx, o.h) {
+			// Its writer's flush is still to clear the hold (or the hold
+			// lapses): a later pass reclaims it. Waiting here would hold
+			// up every other orphan of the pass.
+			continue
 		}
 		if err := f.reclaim(ctx, o.h); err != nil {
 			errs = append(errs, fmt.Errorf("orphan %v: %w", o.h, err))
