@@ -36,6 +36,16 @@ func (p *slowPages) Commit(ctx context.Context, ops []btree.Op) ([]uint64, error
 	return p.PageStore.Commit(ctx, ops)
 }
 
+// newSlowCluster starts servers metadata servers over an in-memory page
+// store whose commits c.slow can delay or fail.
+func newSlowCluster(t *testing.T, servers int) *testCluster {
+	pages, root := newMemPages(t)
+	return newTestCluster(t, servers, func(c *testCluster) {
+		c.pages, c.root = pages, root
+		c.slow = &slowPages{PageStore: pages}
+	})
+}
+
 // earlyCreates runs workers that create files f<w>-<i> in dir until stop
 // is closed, and returns the names whose create was answered (ok), after
 // every worker stopped.
@@ -121,11 +131,7 @@ func checkCreated(t *testing.T, x *clusterFS, dir fs.Handle, acked []string) {
 // to the next owner, which lets nobody else in first, and every create
 // answered is there exactly once.
 func TestEarlyRepliesSurviveOwnerCrash(t *testing.T) {
-	pages, root := newMemPages(t)
-	c := newTestCluster(t, 2, func(c *testCluster) {
-		c.pages, c.root = pages, root
-		c.slow = &slowPages{PageStore: pages}
-	})
+	c := newSlowCluster(t, 2)
 	x := c.newFS("early")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -167,11 +173,7 @@ func TestEarlyRepliesSurviveOwnerCrash(t *testing.T) {
 // replays to the same owner, which holds the table for everyone else
 // meanwhile.
 func TestEarlyRepliesSurviveAbort(t *testing.T) {
-	pages, root := newMemPages(t)
-	c := newTestCluster(t, 1, func(c *testCluster) {
-		c.pages, c.root = pages, root
-		c.slow = &slowPages{PageStore: pages}
-	})
+	c := newSlowCluster(t, 1)
 	x := c.newFS("abort")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -218,11 +220,7 @@ func waitUnsafe(x *clusterFS, n int) {
 // the record's entry (the client keeps the request and replays it if the
 // store loses it), not say it is durable.
 func TestRetryOfEarlyAnswerKeepsItsEntry(t *testing.T) {
-	pages, root := newMemPages(t)
-	c := newTestCluster(t, 1, func(c *testCluster) {
-		c.pages, c.root = pages, root
-		c.slow = &slowPages{PageStore: pages}
-	})
+	c := newSlowCluster(t, 1)
 	x := c.newFS("retry")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -268,11 +266,7 @@ func TestRetryOfEarlyAnswerKeepsItsEntry(t *testing.T) {
 // and the session, which keeps the directory attributes its changes were
 // answered with, must not show that old mode after the chmod's replay.
 func TestReplayedAnswersDoNotStaleTheDirCache(t *testing.T) {
-	pages, root := newMemPages(t)
-	c := newTestCluster(t, 2, func(c *testCluster) {
-		c.pages, c.root = pages, root
-		c.slow = &slowPages{PageStore: pages}
-	})
+	c := newSlowCluster(t, 2)
 	x := c.newFS("dircache")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -342,11 +336,7 @@ func TestReplayedAnswersDoNotStaleTheDirCache(t *testing.T) {
 // durable), the lookup through the second name must show the session's
 // own change: one link, not two.
 func TestLookupSeesOwnEarlyChangesInAnotherTable(t *testing.T) {
-	pages, root := newMemPages(t)
-	c := newTestCluster(t, 2, func(c *testCluster) {
-		c.pages, c.root = pages, root
-		c.slow = &slowPages{PageStore: pages}
-	})
+	c := newSlowCluster(t, 2)
 	x := c.newFS("foreign")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
