@@ -40,3 +40,40 @@ func TestBigValuesInBatches(t *testing.T) {
 	t.Logf("%d retries over 60 batches", n)
 	mustCheck(t, tr)
 }
+
+// TestSplitAtTransactionSeparatorKeepsPagesInSize: a split asked to cut
+// where a transaction's writes halve a leaf falls back to the usual cut when
+// the leaf as stored (filled meanwhile by others) would leave one half
+// holding nearly everything plus a longer fence than a page has room for.
+// The store refused such a page as malformed (seen in TestModelConcurrent).
+func TestSplitAtTransactionSeparatorKeepsPagesInSize(t *testing.T) {
+	const pageBytes, maxKey = 320, 16
+	env := newTestEnv(t, 1, Geometry{PageBytes: pageBytes, PagesPerBlock: 8, Blocks: 64})
+	tr := env.open(t, func(c *Config) { c.MaxKeyBytes = maxKey })
+	ctx := context.Background()
+	// Fill the root leaf until another entry would not fit.
+	for i := 0; ; i++ {
+		k := []byte(fmt.Sprintf("k%03d", i))
+		x, _, err := tr.readPage(ctx, tr.root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x.size()+2*lenBytes+len(k)+1 > pageBytes {
+			break
+		}
+		if err := tr.Put(ctx, k, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A separator past every stored key, as long as a key may be: cut
+	// there, the left half would be the whole page with a long high fence.
+	sep := append([]byte("kz"), bytes.Repeat([]byte("z"), maxKey-2)...)
+	req := &errNeedSplit{ref: tr.root, key: sep, sep: sep}
+	if _, err := tr.splitOnce(ctx, req); err != nil {
+		t.Fatalf("split: %v", err)
+	}
+	if tr.Metrics().Splits != 1 {
+		t.Errorf("%d splits, want 1", tr.Metrics().Splits)
+	}
+	mustCheck(t, tr)
+}

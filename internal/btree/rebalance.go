@@ -398,8 +398,16 @@ func (t *Tree) splitOnce(ctx context.Context, req *errNeedSplit) (*errNeedSplit,
 	if req.sep != nil && x.kind == kindLeaf && bytes.Compare(req.sep, x.lo) > 0 && (x.hiInf || bytes.Compare(req.sep, x.hi) < 0) {
 		// Cut where the writing transaction's content halves (one side
 		// may be empty as stored).
-		i, _ = x.search(req.sep)
-		sep, ok = bytes.Clone(req.sep), true
+		ri, _ := x.search(req.sep)
+		fits, err := t.halvesFit(ctx, x, ri, req.sep, req.ref.Extent)
+		if err != nil {
+			return nil, err
+		}
+		// As stored, one side may hold nearly the whole page and gain a
+		// longer fence than it had: then the usual cut is the only safe one.
+		if fits {
+			i, sep, ok = ri, bytes.Clone(req.sep), true
+		}
 	}
 	if !ok {
 		return nil, nil
@@ -442,6 +450,17 @@ func (t *Tree) splitOnce(ctx context.Context, req *errNeedSplit) (*errNeedSplit,
 	t.cache.put(right.height, right, news[0].ref)
 	t.cache.put(pp.height, pp, par.ref)
 	return nil, nil
+}
+
+// halvesFit reports whether both halves of x cut at (i, sep), fences
+// included, fit a page of the extent.
+func (t *Tree) halvesFit(ctx context.Context, x *page, i int, sep []byte, extent uint64) (bool, error) {
+	pageBytes, err := t.pageBytes(ctx, extent)
+	if err != nil {
+		return false, err
+	}
+	left, right := cut(x, i, sep, PageRef{})
+	return left.size() <= pageBytes && right.size() <= pageBytes, nil
 }
 
 // splitRoot grows the tree: the root keeps its fixed place and becomes the
