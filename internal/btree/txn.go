@@ -33,14 +33,22 @@ type Txn struct {
 	done    bool
 	err     error
 
-	pages  []*txnPage
-	byRef  map[PageRef]*txnPage
+	pages []*txnPage
+	// byAddr holds the tree pages by place, whatever their generation: a
+	// stale pointer from the leaf cache and a fresh one can name one page.
+	byAddr map[pageAddr]*txnPage
 	keys   map[string]bool
 	extra  []*extraPage
 	extraM map[PageRef]*extraPage
 	blocks []Op // OpAllocBlock and OpFreeBlock, in call order
 	values int
 }
+
+// pageAddr is where a page lives, the part of a PageRef a commit may name
+// only once.
+type pageAddr struct{ extent, page uint64 }
+
+func addrOf(r PageRef) pageAddr { return pageAddr{r.Extent, r.Page} }
 
 type txnPage struct {
 	ref   PageRef
@@ -67,7 +75,7 @@ type extraPage struct {
 func (t *Tree) newTxn(ctx context.Context, readOnly bool) *Txn {
 	return &Txn{
 		t: t, ctx: ctx, id: rand.Uint64() | 1, readOnly: readOnly,
-		byRef: map[PageRef]*txnPage{}, keys: map[string]bool{}, extraM: map[PageRef]*extraPage{},
+		byAddr: map[pageAddr]*txnPage{}, keys: map[string]bool{}, extraM: map[PageRef]*extraPage{},
 	}
 }
 
@@ -130,14 +138,15 @@ func (tx *Txn) leafFor(k []byte) (*txnPage, error) {
 	if err != nil {
 		return nil, tx.fail(err)
 	}
-	if _, ok := tx.byRef[loc.ref]; ok {
+	if _, ok := tx.byAddr[addrOf(loc.ref)]; ok {
 		// The copy this transaction holds no longer owns k, so the page
-		// changed since it was read: this attempt cannot commit.
+		// changed (or was freed and reused) since it was read: this
+		// attempt cannot commit.
 		return nil, tx.fail(retry("leaf changed during the transaction", nil))
 	}
 	tp := &txnPage{ref: loc.ref, p: loc.p, slot: loc.slot, cached: cached, readWriter: loc.p.writer()}
 	tx.pages = append(tx.pages, tp)
-	tx.byRef[loc.ref] = tp
+	tx.byAddr[addrOf(loc.ref)] = tp
 	return tp, nil
 }
 
@@ -346,7 +355,7 @@ func (tx *Txn) extraPage(ref PageRef) (*extraPage, error) {
 	if ep, ok := tx.extraM[ref]; ok {
 		return ep, nil
 	}
-	if _, ok := tx.byRef[ref]; ok {
+	if _, ok := tx.byAddr[addrOf(ref)]; ok {
 		return nil, tx.fail(fmt.Errorf("btree: page %v is a tree page of this transaction", ref))
 	}
 	if err := tx.countValue(fmt.Sprintf("page %v", ref)); err != nil {
