@@ -248,7 +248,7 @@ func (s *Server) Start() {
 	s.loop("delegation map", s.cfg.PollInterval, s.followMap)
 	s.loop("lease renewal", s.cfg.RenewInterval, s.renewLeases)
 	s.loop("coordinator", coordinatorCheck, s.coordinate)
-	s.loop("frozen tables", 20*time.Millisecond, s.pollFrozen)
+	s.loop("unsettled tables", 20*time.Millisecond, s.pollUnsettled)
 	s.loop("borrowed tables", time.Second, s.returnBorrowed)
 	s.loop("placement refresh", time.Second, s.refreshPlacement)
 	s.loop("automatic splits", time.Second, s.autoSplit)
@@ -677,11 +677,11 @@ func (s *Server) regrant(ctx context.Context, l *lease) (*dpb.Delegation, error)
 	return nil, fmt.Errorf("table %d is no longer at epoch %d", l.table, l.epoch)
 }
 
-// pollFrozen reads the headers of frozen tables until a snapshot thaws
-// them.
-func (s *Server) pollFrozen(ctx context.Context) {
+// pollUnsettled reads the headers of frozen tables until a snapshot thaws
+// them, and of tables behind the newest write epoch until they catch up.
+func (s *Server) pollUnsettled(ctx context.Context) {
 	for _, st := range s.fsStates() {
-		st.st.refreshFrozen(ctx)
+		st.st.refreshUnsettled(ctx)
 		s.completeFrozen(ctx, st)
 	}
 }

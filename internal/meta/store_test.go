@@ -91,7 +91,7 @@ func newStoreEnv(t testing.TB, tractSize int) *storeEnv {
 			case <-stop:
 				return
 			case <-time.After(2 * time.Millisecond):
-				e.st.refreshFrozen(ctx)
+				e.st.refreshUnsettled(ctx)
 			}
 		}
 	}()
@@ -339,5 +339,65 @@ func TestStoreCachedInodes(t *testing.T) {
 	// until the sweep; the count follows what the cache holds live.
 	if got := count(); got > base+20 {
 		t.Fatalf("after a remove: %d inodes, want at most %d", got, base+20)
+	}
+}
+
+// TestStoreCatchesUpWithAThawItMissed: a snapshot froze and thawed both
+// tables of a store without telling it (the coordinator's refresh was
+// lost). A commit to one table learns the new write epoch from its fence;
+// the other table lags, and the store, which writes only while its tables
+// agree, must learn it from its poll instead of waiting forever (seen as a
+// replay that timed out after minutes in TestServersModel).
+func TestStoreCatchesUpWithAThawItMissed(t *testing.T) {
+	ctx := context.Background()
+	pages, root := newMemPages(t)
+	tree := newTree(t, pages, root, 64<<20)
+	if err := fs.Format(ctx, fs.BTreeMeta{Tree: tree}, testFS, fs.DefaultLayout, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	direct, err := fs.Open(ctx, fs.Config{Meta: fs.BTreeMeta{Tree: tree}, Data: fs.NewMemData(64 << 10), Number: testFS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStore(testFS, 1, tree, DefaultLimits, slog.New(slog.DiscardHandler), newStoreMetrics())
+	t.Cleanup(st.close)
+	const mid = 1 << 40
+	for _, a := range []assignment{{id: 1, r: fs.DRange{Hi: mid}, epoch: 1}, {id: 2, r: fs.DRange{Lo: mid}, epoch: 1}} {
+		if err := st.acquire(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.mu.RLock()
+	w0, ok := st.writeEpochLocked()
+	first := st.tables[0]
+	st.mu.RUnlock()
+	if !ok {
+		t.Fatal("the tables disagree before any snapshot")
+	}
+	if err := takeSnapshot(ctx, tree, direct, []uint64{0, mid}, 1, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	// What a commit to the first table learns from its fence.
+	v, _, err := tree.Get(ctx, headerKey(testFS, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := decodeHeader(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.fenced(&errFenced{t: first, hdr: h})
+	st.mu.RLock()
+	_, ok = st.writeEpochLocked()
+	st.mu.RUnlock()
+	if ok {
+		t.Fatal("the store would write although its second table still has the old write epoch")
+	}
+	st.refreshUnsettled(ctx)
+	st.mu.RLock()
+	w1, ok := st.writeEpochLocked()
+	st.mu.RUnlock()
+	if !ok || w1 <= w0 {
+		t.Fatalf("after the poll: write epoch %d (writable %v), want past %d", w1, ok, w0)
 	}
 }

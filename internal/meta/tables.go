@@ -295,20 +295,29 @@ func (s *store) fenced(e *errFenced) {
 	s.changed.Broadcast()
 }
 
-// refreshFrozen reads the headers of frozen tables again (the server
-// polls while a table is frozen): a thawed table takes its new write epoch.
-func (s *store) refreshFrozen(ctx context.Context) { s.refreshHeaders(ctx, true) }
+// refreshUnsettled reads again the headers of the tables that keep the
+// store from writing (the server polls them): frozen ones, which a thaw
+// gives a new write epoch, and ones whose write epoch lags another's. A
+// commit that hit a thaw's fence updates only its own tables, and the
+// store writes only while all agree (writeEpochLocked): without this,
+// when the thaw's refresh did not reach this server, the others would
+// never learn the new epoch and the store would wait forever.
+func (s *store) refreshUnsettled(ctx context.Context) { s.refreshHeaders(ctx, true) }
 
-// refreshHeaders reads the headers of the owned tables (only the frozen
-// ones if frozenOnly) and takes what changed: a freeze, a thaw at a new
+// refreshHeaders reads the headers of the owned tables (only the unsettled
+// ones if unsettledOnly) and takes what changed: a freeze, a thaw at a new
 // write epoch, a newer owner. A snapshot's coordinator has owners do it
 // after a freeze and after a thaw, so they do not learn it from a failed
 // commit.
-func (s *store) refreshHeaders(ctx context.Context, frozenOnly bool) {
+func (s *store) refreshHeaders(ctx context.Context, unsettledOnly bool) {
 	s.mu.RLock()
+	var newest uint64
+	for _, t := range s.tables {
+		newest = max(newest, t.hdr.W)
+	}
 	var ts []*table
 	for _, t := range s.tables {
-		if !frozenOnly || t.hdr.Frozen != 0 {
+		if !unsettledOnly || t.hdr.Frozen != 0 || t.hdr.W != newest {
 			ts = append(ts, t)
 		}
 	}
