@@ -129,7 +129,12 @@ func (s *store) applyLocked(tx *txn, early bool) *pending {
 			p.units = append(p.units, u)
 			u.dirty++
 		}
-		u.inodes.Store(-1)
+		prefix, isInode := fs.InodePrefix([]byte(k))
+		counted := isInode && u.inodes.Load() >= 0
+		var before bool
+		if counted {
+			before = s.inodeCachedLocked(prefix)
+		}
 		_, e, ok := s.kv.Get(k)
 		if ok {
 			u.bytes -= entryBytes([]byte(k), e.val)
@@ -141,6 +146,14 @@ func (s *store) applyLocked(tx *txn, early bool) *pending {
 		e.val, e.deleted, e.pending = bw.val, bw.deleted, p
 		u.bytes += entryBytes([]byte(k), e.val)
 		s.bytes += entryBytes([]byte(k), e.val)
+		if counted {
+			switch after := s.inodeCachedLocked(prefix); {
+			case after && !before:
+				u.inodes.Add(1)
+			case before && !after:
+				u.inodes.Add(-1)
+			}
+		}
 	}
 	s.queue = append(s.queue, p)
 	s.m.pending.Add(1)

@@ -302,9 +302,9 @@ func countLate(t *testing.T, e *storeEnv, dirs []fs.Handle) int {
 	return n
 }
 
-// TestStoreCachedInodes: the inodes a table's cached units hold are
-// counted again only when a unit changed, and stay right across creates
-// and removes.
+// TestStoreCachedInodes: the inodes a table's cached units hold are kept
+// as keys change (not counted again), and always equal a count from
+// scratch, across creates, links, renames and removes.
 func TestStoreCachedInodes(t *testing.T) {
 	e := newStoreEnv(t, 64<<10)
 	ctx := context.Background()
@@ -316,7 +316,23 @@ func TestStoreCachedInodes(t *testing.T) {
 		n, _, _ := e.st.cachedCounts(fs.AllD)
 		return n
 	}
-	base := count()
+	recount := func() uint64 {
+		e.st.mu.Lock()
+		for _, u := range e.st.units {
+			u.inodes.Store(-1)
+		}
+		e.st.mu.Unlock()
+		return count()
+	}
+	check := func(what string) uint64 {
+		t.Helper()
+		kept := count()
+		if scratch := recount(); kept != scratch {
+			t.Fatalf("after %s: %d inodes kept, %d counted from scratch", what, kept, scratch)
+		}
+		return kept
+	}
+	base := check("mkdir")
 	for i := range 20 {
 		a, err := e.main.Create(ctx, d.Handle, fmt.Sprintf("f%d", i), 0o644, fs.Cred{})
 		if err != nil {
@@ -325,20 +341,34 @@ func TestStoreCachedInodes(t *testing.T) {
 		if err := e.main.Release(ctx, a.Handle); err != nil {
 			t.Fatal(err)
 		}
-		if got := count(); got != base+uint64(i)+1 {
+		if got := check(fmt.Sprintf("%d creates", i+1)); got != base+uint64(i)+1 {
 			t.Fatalf("after %d creates: %d inodes, want %d", i+1, got, base+uint64(i)+1)
 		}
 	}
-	if got := count(); got != base+20 {
-		t.Fatalf("counted again unchanged: %d inodes, want %d", got, base+20)
-	}
-	if err := e.main.Unlink(ctx, d.Handle, "f0"); err != nil {
+	sub, err := e.main.Mkdir(ctx, d.Handle, "sub", 0o755, fs.Cred{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	// An unlinked file keeps a tombstone version (snapshots may see it)
-	// until the sweep; the count follows what the cache holds live.
-	if got := count(); got > base+20 {
-		t.Fatalf("after a remove: %d inodes, want at most %d", got, base+20)
+	check("a second mkdir")
+	if err := e.main.Rename(ctx, d.Handle, "f1", sub.Handle, "g1", 0); err != nil {
+		t.Fatal(err)
+	}
+	check("a rename into another directory")
+	f2, err := e.main.Lookup(ctx, d.Handle, "f2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.main.Link(ctx, f2.Handle, sub.Handle, "h2"); err != nil {
+		t.Fatal(err)
+	}
+	check("a link")
+	for _, name := range []string{"f0", "f2", "f3"} {
+		if err := e.main.Unlink(ctx, d.Handle, name); err != nil {
+			t.Fatal(err)
+		}
+		// An unlinked file keeps a tombstone version (snapshots may see
+		// it) until the sweep; the count follows what the cache holds.
+		check("unlink " + name)
 	}
 }
 

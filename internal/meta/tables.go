@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/RaduBerinde/btreemap"
@@ -466,11 +467,13 @@ func (s *store) cachedCounts(r fs.DRange) (inodes, keys, size uint64) {
 	return inodes, keys, size
 }
 
-// unitInodesRLocked returns the inodes among u's cached keys, counting
-// them only if they changed since the last count (every server asks every
-// other for its tables' counts once a second: a scan of every cached key
-// each time cost a fifth of a server's CPU). Callers hold mu, for reading
-// at least: no key of u changes meanwhile.
+// unitInodesRLocked returns the inodes among u's cached keys, counted once
+// after the unit loads and then kept by applyLocked as keys change (every
+// server asks every other for its tables' counts once a second: a scan of
+// every cached key each time cost a fifth of a server's CPU, and a scan
+// of each changed unit still grew with the size of the directories being
+// filled). Callers hold mu, for reading at least: no key of u changes
+// meanwhile.
 func (s *store) unitInodesRLocked(u *unit) int64 {
 	if n := u.inodes.Load(); n >= 0 {
 		return n
@@ -490,6 +493,24 @@ func (s *store) unitInodesRLocked(u *unit) int64 {
 	})
 	u.inodes.Store(n)
 	return n
+}
+
+// inodeCachedLocked reports whether some version of the inode whose keys
+// start with prefix is cached and not deleted: what unitInodesRLocked
+// counts. Callers hold mu.
+func (s *store) inodeCachedLocked(prefix []byte) bool {
+	found := false
+	s.kv.AscendFunc(btreemap.GE(string(prefix)), btreemap.Max[string](), func(k string, e *entry) bool {
+		if !strings.HasPrefix(k, string(prefix)) {
+			return false
+		}
+		if p, ok := fs.InodePrefix([]byte(k)); ok && bytes.Equal(p, prefix) && !e.deleted {
+			found = true
+			return false
+		}
+		return true
+	})
+	return found
 }
 
 // pause stops serving table id (its requests get NOT_OWNER) and waits
