@@ -155,6 +155,13 @@ func (f *FS) reclaimOnce(ctx context.Context, h Handle) error {
 			// now would strand them.
 			return errTrimPending
 		}
+		if in.Mode&sIFMT == sIFREG && in.Size > 0 {
+			// Data committed since the trim ended (a late flush of the
+			// session that held the orphan): every commit of blocks
+			// raises the size the first step set to 0, so trim again
+			// rather than strand its blocks.
+			return errTrimPending
+		}
 		if in.Mode&sIFMT == sIFLNK && uint64(len(in.Target)) != in.Size {
 			for i := uint64(0); i*symlinkChunkBytes < in.Size; i++ {
 				ck := k.symlinkChunk(h, i)
