@@ -232,18 +232,18 @@ func (s *Server) completeFrozen(ctx context.Context, st *fsState) {
 // (a failed commit, the frozen-table poll). It returns the sum of what
 // they did.
 func (s *Server) tellOwners(ctx context.Context, f uint64, tabs []*dpb.Delegation, op pb.TablesRequest_Op) (*pb.TablesResponse, error) {
-	owners := map[uint64]bool{}
+	owners := map[uint64][]*pb.TableAt{}
 	for _, d := range tabs {
-		if d.GetOwnerNode() != 0 {
-			owners[d.GetOwnerNode()] = true
+		if o := d.GetOwnerNode(); o != 0 {
+			owners[o] = append(owners[o], &pb.TableAt{Table: d.GetTableId(), Epoch: d.GetEpoch()})
 		}
 	}
 	sum := &pb.TablesResponse{}
 	var firstErr error
-	for o := range owners {
+	for o, owned := range owners {
 		var resp *pb.TablesResponse
 		var err error
-		req := &pb.TablesRequest{Fs: f, Op: op}
+		req := &pb.TablesRequest{Fs: f, Op: op, Tables: owned}
 		if o == s.cfg.Node {
 			resp, err = s.Tables(ctx, req)
 		} else {
@@ -279,6 +279,16 @@ func (s *Server) Tables(ctx context.Context, req *pb.TablesRequest) (*pb.TablesR
 	s.mu.Lock()
 	st := s.fss[req.GetFs()]
 	s.mu.Unlock()
+	if req.GetOp() == pb.TablesRequest_SWEEP {
+		// Sweeping only what is served here when the caller counts on a
+		// table that is not would leave it unswept, and the snapshot's
+		// versions in it would outlive the snapshot.
+		for _, ta := range req.GetTables() {
+			if st == nil || !st.st.has(ta.GetTable(), ta.GetEpoch()) {
+				return &pb.TablesResponse{Error: errorToPB(fmt.Errorf("%w: table %d at epoch %d, to be swept", errNotOwner, ta.GetTable(), ta.GetEpoch()))}, nil
+			}
+		}
+	}
 	if st == nil {
 		return &pb.TablesResponse{}, nil
 	}

@@ -353,6 +353,18 @@ func TestBadInput(t *testing.T) {
 		tabs, err := s1.Tables(ctx, &pb.TablesRequest{Fs: f, Op: 42})
 		wantInvalid.check(t, "tables operation 42", answer(tabs.GetError(), err))
 		for _, x := range []struct {
+			what string
+			cl   pb.MetaClient
+			at   *pb.TableAt
+		}{
+			{"sweep asked of a server that does not own the table", s2, &pb.TableAt{Table: rt.table, Epoch: rt.epoch}},
+			{"sweep of the table at an older epoch", s1, &pb.TableAt{Table: rt.table, Epoch: rt.epoch - 1}},
+			{"sweep of an unknown table", s1, &pb.TableAt{Table: unknown, Epoch: 1}},
+		} {
+			sweep, err := x.cl.Tables(ctx, &pb.TablesRequest{Fs: f, Op: pb.TablesRequest_SWEEP, Tables: []*pb.TableAt{x.at}})
+			wantNotOwner.check(t, x.what, answer(sweep.GetError(), err))
+		}
+		for _, x := range []struct {
 			what, name string
 		}{{"file system with no name", ""}, {"file system with a long name", strings.Repeat("n", 300)}, {"file system named a/b", "a/b"}} {
 			fsr, err := s1.CreateFileSystem(ctx, &pb.CreateFileSystemRequest{Name: x.name})

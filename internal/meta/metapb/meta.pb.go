@@ -4067,9 +4067,14 @@ func (x *SplitTableResponse) GetAt() uint64 {
 
 // TablesRequest asks an owner to act on its tables of one file system.
 type TablesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Fs            uint64                 `protobuf:"varint,1,opt,name=fs,proto3" json:"fs,omitempty"`
-	Op            TablesRequest_Op       `protobuf:"varint,2,opt,name=op,proto3,enum=arbor.meta.v1.TablesRequest_Op" json:"op,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Fs    uint64                 `protobuf:"varint,1,opt,name=fs,proto3" json:"fs,omitempty"`
+	Op    TablesRequest_Op       `protobuf:"varint,2,opt,name=op,proto3,enum=arbor.meta.v1.TablesRequest_Op" json:"op,omitempty"`
+	// The tables, at their delegation epochs, the caller found this server
+	// owning. A SWEEP is refused unless the server serves every one of them
+	// (a table moved, or its owner restarted and has not taken it again):
+	// the caller asks again, so that no table is left unswept.
+	Tables        []*TableAt `protobuf:"bytes,3,rep,name=tables,proto3" json:"tables,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4118,6 +4123,65 @@ func (x *TablesRequest) GetOp() TablesRequest_Op {
 	return TablesRequest_REFRESH
 }
 
+func (x *TablesRequest) GetTables() []*TableAt {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+type TableAt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Table         uint64                 `protobuf:"varint,1,opt,name=table,proto3" json:"table,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TableAt) Reset() {
+	*x = TableAt{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TableAt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TableAt) ProtoMessage() {}
+
+func (x *TableAt) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TableAt.ProtoReflect.Descriptor instead.
+func (*TableAt) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *TableAt) GetTable() uint64 {
+	if x != nil {
+		return x.Table
+	}
+	return 0
+}
+
+func (x *TableAt) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type TablesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
@@ -4130,7 +4194,7 @@ type TablesResponse struct {
 
 func (x *TablesResponse) Reset() {
 	*x = TablesResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[55]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4142,7 +4206,7 @@ func (x *TablesResponse) String() string {
 func (*TablesResponse) ProtoMessage() {}
 
 func (x *TablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[55]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4155,7 +4219,7 @@ func (x *TablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TablesResponse.ProtoReflect.Descriptor instead.
 func (*TablesResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{55}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TablesResponse) GetError() *Error {
@@ -4495,16 +4559,20 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x12SplitTableResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x1b\n" +
 	"\tnew_table\x18\x02 \x01(\x04R\bnewTable\x12\x0e\n" +
-	"\x02at\x18\x03 \x01(\x04R\x02at\"\x85\x01\n" +
+	"\x02at\x18\x03 \x01(\x04R\x02at\"\xb5\x01\n" +
 	"\rTablesRequest\x12\x0e\n" +
 	"\x02fs\x18\x01 \x01(\x04R\x02fs\x12/\n" +
-	"\x02op\x18\x02 \x01(\x0e2\x1f.arbor.meta.v1.TablesRequest.OpR\x02op\"3\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x1f.arbor.meta.v1.TablesRequest.OpR\x02op\x12.\n" +
+	"\x06tables\x18\x03 \x03(\v2\x16.arbor.meta.v1.TableAtR\x06tables\"3\n" +
 	"\x02Op\x12\v\n" +
 	"\aREFRESH\x10\x00\x12\t\n" +
 	"\x05SWEEP\x10\x01\x12\n" +
 	"\n" +
 	"\x06FOLLOW\x10\x02\x12\t\n" +
-	"\x05DRAIN\x10\x03\"\x86\x01\n" +
+	"\x05DRAIN\x10\x03\"5\n" +
+	"\aTableAt\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\x04R\x05table\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x86\x01\n" +
 	"\x0eTablesResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x1a\n" +
 	"\bversions\x18\x02 \x01(\x04R\bversions\x12\x16\n" +
@@ -4555,7 +4623,7 @@ func file_internal_meta_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_meta_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(Error_Kind)(0),                  // 0: arbor.meta.v1.Error.Kind
 	(CreateRequest_Kind)(0),          // 1: arbor.meta.v1.CreateRequest.Kind
@@ -4616,7 +4684,8 @@ var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(*SplitTableRequest)(nil),        // 56: arbor.meta.v1.SplitTableRequest
 	(*SplitTableResponse)(nil),       // 57: arbor.meta.v1.SplitTableResponse
 	(*TablesRequest)(nil),            // 58: arbor.meta.v1.TablesRequest
-	(*TablesResponse)(nil),           // 59: arbor.meta.v1.TablesResponse
+	(*TableAt)(nil),                  // 59: arbor.meta.v1.TableAt
+	(*TablesResponse)(nil),           // 60: arbor.meta.v1.TablesResponse
 }
 var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	6,   // 0: arbor.meta.v1.Attr.handle:type_name -> arbor.meta.v1.Handle
@@ -4693,66 +4762,67 @@ var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	9,   // 71: arbor.meta.v1.MoveTableResponse.error:type_name -> arbor.meta.v1.Error
 	9,   // 72: arbor.meta.v1.SplitTableResponse.error:type_name -> arbor.meta.v1.Error
 	3,   // 73: arbor.meta.v1.TablesRequest.op:type_name -> arbor.meta.v1.TablesRequest.Op
-	9,   // 74: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
-	12,  // 75: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
-	13,  // 76: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
-	14,  // 77: arbor.meta.v1.Meta.SetAttr:input_type -> arbor.meta.v1.SetAttrRequest
-	15,  // 78: arbor.meta.v1.Meta.Create:input_type -> arbor.meta.v1.CreateRequest
-	16,  // 79: arbor.meta.v1.Meta.Readlink:input_type -> arbor.meta.v1.ReadlinkRequest
-	18,  // 80: arbor.meta.v1.Meta.Link:input_type -> arbor.meta.v1.LinkRequest
-	19,  // 81: arbor.meta.v1.Meta.Remove:input_type -> arbor.meta.v1.RemoveRequest
-	20,  // 82: arbor.meta.v1.Meta.Rename:input_type -> arbor.meta.v1.RenameRequest
-	21,  // 83: arbor.meta.v1.Meta.ReadDir:input_type -> arbor.meta.v1.ReadDirRequest
-	24,  // 84: arbor.meta.v1.Meta.Xattr:input_type -> arbor.meta.v1.XattrRequest
-	26,  // 85: arbor.meta.v1.Meta.Open:input_type -> arbor.meta.v1.OpenRequest
-	26,  // 86: arbor.meta.v1.Meta.Release:input_type -> arbor.meta.v1.OpenRequest
-	27,  // 87: arbor.meta.v1.Meta.SyncOpens:input_type -> arbor.meta.v1.SyncOpensRequest
-	28,  // 88: arbor.meta.v1.Meta.StatFS:input_type -> arbor.meta.v1.StatFSRequest
-	32,  // 89: arbor.meta.v1.Meta.FileBlocks:input_type -> arbor.meta.v1.FileBlocksRequest
-	35,  // 90: arbor.meta.v1.Meta.CommitBlocks:input_type -> arbor.meta.v1.CommitBlocksRequest
-	37,  // 91: arbor.meta.v1.Meta.Session:input_type -> arbor.meta.v1.SessionRequest
-	49,  // 92: arbor.meta.v1.Meta.WaitSafe:input_type -> arbor.meta.v1.WaitSafeRequest
-	38,  // 93: arbor.meta.v1.Meta.CreateFileSystem:input_type -> arbor.meta.v1.CreateFileSystemRequest
-	40,  // 94: arbor.meta.v1.Meta.DeleteFileSystem:input_type -> arbor.meta.v1.DeleteFileSystemRequest
-	42,  // 95: arbor.meta.v1.Meta.CreateSnapshot:input_type -> arbor.meta.v1.CreateSnapshotRequest
-	44,  // 96: arbor.meta.v1.Meta.DeleteSnapshot:input_type -> arbor.meta.v1.DeleteSnapshotRequest
-	46,  // 97: arbor.meta.v1.Meta.Check:input_type -> arbor.meta.v1.CheckRequest
-	52,  // 98: arbor.meta.v1.Meta.TableStats:input_type -> arbor.meta.v1.TableStatsRequest
-	54,  // 99: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
-	56,  // 100: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
-	58,  // 101: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
-	10,  // 102: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
-	10,  // 103: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
-	10,  // 104: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
-	10,  // 105: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
-	17,  // 106: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
-	10,  // 107: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
-	11,  // 108: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
-	11,  // 109: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
-	23,  // 110: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
-	25,  // 111: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
-	10,  // 112: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
-	11,  // 113: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
-	11,  // 114: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
-	29,  // 115: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
-	33,  // 116: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
-	36,  // 117: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
-	11,  // 118: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
-	51,  // 119: arbor.meta.v1.Meta.WaitSafe:output_type -> arbor.meta.v1.WaitSafeResponse
-	39,  // 120: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
-	41,  // 121: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
-	43,  // 122: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
-	45,  // 123: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
-	47,  // 124: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
-	53,  // 125: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
-	55,  // 126: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
-	57,  // 127: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
-	59,  // 128: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
-	102, // [102:129] is the sub-list for method output_type
-	75,  // [75:102] is the sub-list for method input_type
-	75,  // [75:75] is the sub-list for extension type_name
-	75,  // [75:75] is the sub-list for extension extendee
-	0,   // [0:75] is the sub-list for field type_name
+	59,  // 74: arbor.meta.v1.TablesRequest.tables:type_name -> arbor.meta.v1.TableAt
+	9,   // 75: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
+	12,  // 76: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
+	13,  // 77: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
+	14,  // 78: arbor.meta.v1.Meta.SetAttr:input_type -> arbor.meta.v1.SetAttrRequest
+	15,  // 79: arbor.meta.v1.Meta.Create:input_type -> arbor.meta.v1.CreateRequest
+	16,  // 80: arbor.meta.v1.Meta.Readlink:input_type -> arbor.meta.v1.ReadlinkRequest
+	18,  // 81: arbor.meta.v1.Meta.Link:input_type -> arbor.meta.v1.LinkRequest
+	19,  // 82: arbor.meta.v1.Meta.Remove:input_type -> arbor.meta.v1.RemoveRequest
+	20,  // 83: arbor.meta.v1.Meta.Rename:input_type -> arbor.meta.v1.RenameRequest
+	21,  // 84: arbor.meta.v1.Meta.ReadDir:input_type -> arbor.meta.v1.ReadDirRequest
+	24,  // 85: arbor.meta.v1.Meta.Xattr:input_type -> arbor.meta.v1.XattrRequest
+	26,  // 86: arbor.meta.v1.Meta.Open:input_type -> arbor.meta.v1.OpenRequest
+	26,  // 87: arbor.meta.v1.Meta.Release:input_type -> arbor.meta.v1.OpenRequest
+	27,  // 88: arbor.meta.v1.Meta.SyncOpens:input_type -> arbor.meta.v1.SyncOpensRequest
+	28,  // 89: arbor.meta.v1.Meta.StatFS:input_type -> arbor.meta.v1.StatFSRequest
+	32,  // 90: arbor.meta.v1.Meta.FileBlocks:input_type -> arbor.meta.v1.FileBlocksRequest
+	35,  // 91: arbor.meta.v1.Meta.CommitBlocks:input_type -> arbor.meta.v1.CommitBlocksRequest
+	37,  // 92: arbor.meta.v1.Meta.Session:input_type -> arbor.meta.v1.SessionRequest
+	49,  // 93: arbor.meta.v1.Meta.WaitSafe:input_type -> arbor.meta.v1.WaitSafeRequest
+	38,  // 94: arbor.meta.v1.Meta.CreateFileSystem:input_type -> arbor.meta.v1.CreateFileSystemRequest
+	40,  // 95: arbor.meta.v1.Meta.DeleteFileSystem:input_type -> arbor.meta.v1.DeleteFileSystemRequest
+	42,  // 96: arbor.meta.v1.Meta.CreateSnapshot:input_type -> arbor.meta.v1.CreateSnapshotRequest
+	44,  // 97: arbor.meta.v1.Meta.DeleteSnapshot:input_type -> arbor.meta.v1.DeleteSnapshotRequest
+	46,  // 98: arbor.meta.v1.Meta.Check:input_type -> arbor.meta.v1.CheckRequest
+	52,  // 99: arbor.meta.v1.Meta.TableStats:input_type -> arbor.meta.v1.TableStatsRequest
+	54,  // 100: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
+	56,  // 101: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
+	58,  // 102: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
+	10,  // 103: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 104: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 105: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 106: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
+	17,  // 107: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
+	10,  // 108: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
+	11,  // 109: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
+	11,  // 110: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
+	23,  // 111: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
+	25,  // 112: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
+	10,  // 113: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
+	11,  // 114: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
+	11,  // 115: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
+	29,  // 116: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
+	33,  // 117: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
+	36,  // 118: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
+	11,  // 119: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
+	51,  // 120: arbor.meta.v1.Meta.WaitSafe:output_type -> arbor.meta.v1.WaitSafeResponse
+	39,  // 121: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
+	41,  // 122: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
+	43,  // 123: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
+	45,  // 124: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
+	47,  // 125: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
+	53,  // 126: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
+	55,  // 127: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
+	57,  // 128: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
+	60,  // 129: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
+	103, // [103:130] is the sub-list for method output_type
+	76,  // [76:103] is the sub-list for method input_type
+	76,  // [76:76] is the sub-list for extension type_name
+	76,  // [76:76] is the sub-list for extension extendee
+	0,   // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_internal_meta_metapb_meta_proto_init() }
@@ -4766,7 +4836,7 @@ func file_internal_meta_metapb_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_meta_metapb_meta_proto_rawDesc), len(file_internal_meta_metapb_meta_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   56,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
