@@ -500,8 +500,9 @@ func (s *store) unitInodesRLocked(u *unit) int64 {
 // counts. Callers hold mu.
 func (s *store) inodeCachedLocked(prefix []byte) bool {
 	found := false
-	s.kv.AscendFunc(btreemap.GE(string(prefix)), btreemap.Max[string](), func(k string, e *entry) bool {
-		if !strings.HasPrefix(k, string(prefix)) {
+	from := string(prefix)
+	s.kv.AscendFunc(btreemap.GE(from), btreemap.Max[string](), func(k string, e *entry) bool {
+		if !strings.HasPrefix(k, from) {
 			return false
 		}
 		if p, ok := fs.InodePrefix([]byte(k)); ok && bytes.Equal(p, prefix) && !e.deleted {
