@@ -244,8 +244,14 @@
 // writes after its thaw are not, none commit between: n is the state at
 // the bump. W sits in each header so that writes need not read the
 // superblock. A store writes only while its tables agree on W, unfrozen,
-// as its operations run at one W. Every step is idempotent, so an owner
-// that finds a table frozen for 10 s finishes the snapshot itself.
+// as its operations run at one W: it polls the headers of tables that are
+// frozen or behind another's W, so a thaw it was not told about (a lost
+// refresh) costs it a poll, not its writes. Every step is idempotent, so an
+// owner that finds a table frozen for 10 s finishes the snapshot itself.
+// Deleting snapshot n marks it deleting, has the owner of every table
+// sweep it (naming the tables and epochs it expects each to serve; one
+// that does not serve them refuses, and the deletion is asked again), and
+// then removes its records.
 //
 // # Deviations from the papers and DESIGN.md
 //
