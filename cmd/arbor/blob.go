@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -217,8 +218,11 @@ func newBlobGetCmd(a *app) *cobra.Command {
 	var f transferFlags
 	cmd := &cobra.Command{
 		Use:   "get ID OUT",
-		Short: "Fetch a blob into the file OUT",
-		Args:  cobra.ExactArgs(2),
+		Short: "Fetch a blob into the file OUT (- for standard output)",
+		Long: `Fetch a blob into the file OUT, or to standard output if OUT is -.
+The file appears only once the whole blob is in it (it is written to a
+temporary file beside it, then renamed): a failed get leaves nothing behind.`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mode, err := f.mode()
 			if err != nil {
@@ -235,19 +239,73 @@ func newBlobGetCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			out, err := os.Create(args[1])
-			if err != nil {
-				return err
+			if args[1] == "-" {
+				return streamBlob(ctx, c.tract, g, a.stdout, mode, a.stderr)
 			}
-			if err := getFile(ctx, c.tract, g, out, mode, a.stderr); err != nil {
-				out.Close()
-				return err
-			}
-			return out.Close()
+			return getInto(args[1], func(out *os.File) error {
+				return getFile(ctx, c.tract, g, out, mode, a.stderr)
+			})
 		},
 	}
 	f.register(cmd)
 	return cmd
+}
+
+// getInto runs get on a temporary file beside path and renames it to path
+// once get succeeded; else it removes it.
+func getInto(path string, get func(*os.File) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".arbor-get-*")
+	if err != nil {
+		return err
+	}
+	err = tmp.Chmod(0o644) // as a file created by a shell redirect (umask 022)
+	if err == nil {
+		err = get(tmp)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// streamBlob writes blob g to w, tract after tract.
+func streamBlob(ctx context.Context, c *tract.Client, g tract.GUID, w io.Writer, mode progressMode, stderr io.Writer) error {
+	ts, err := c.TractSize(ctx)
+	if err != nil {
+		return err
+	}
+	b, err := c.OpenBlob(ctx, g)
+	if err != nil {
+		return fmt.Errorf("open blob %s: %w", g, err)
+	}
+	defer b.Close()
+	n := b.Info().Tracts
+	bar := newProgress(stderr, mode, "get", int64(n)*int64(ts), true)
+	defer bar.Finish()
+	for i := range n {
+		data, err := b.ReadTract(ctx, i)
+		if err != nil {
+			return fmt.Errorf("read tract %d: %w", i, err)
+		}
+		if _, err := w.Write(data); err != nil {
+			return err
+		}
+		if i < n-1 && len(data) < ts {
+			// A short tract before the last: zeros up to the next, as
+			// getFile leaves a hole there.
+			if _, err := w.Write(make([]byte, ts-len(data))); err != nil {
+				return err
+			}
+		}
+		bar.Add(int64(ts))
+	}
+	return nil
 }
 
 // getFile reads blob g into out: tract i at offset i×tract size, the file

@@ -330,6 +330,7 @@ func TestClusterBlobs(t *testing.T) {
 	t.Run("appenders", func(t *testing.T) { concurrentAppenders(t, h) })
 	t.Run("corrupt replica", func(t *testing.T) { corruptReplica(t, h, id, path) })
 	t.Run("bad input", func(t *testing.T) { badInput(t, h, id) })
+	t.Run("get to standard output", func(t *testing.T) { getToStdout(t, h) })
 	t.Run("delete", func(t *testing.T) {
 		h.arbor(false, "blob", "rm", blobs[0][0])
 		out := h.arbor(true, "blob", "stat", blobs[0][0])
@@ -467,6 +468,31 @@ func corruptReplica(t *testing.T, h *harness, id, path string) {
 	h.checkBlob(id, path)
 }
 
+// getToStdout: blob get ID - writes the blob to standard output and
+// nothing else; no file named "-" appears.
+func getToStdout(t *testing.T, h *harness) {
+	path := writeFile(t, 5<<20+12345)
+	id := strings.TrimSpace(h.arbor(false, "blob", "put", path, "--progress=never"))
+	dir := t.TempDir()
+	cmd := exec.Command(h.bin, "blob", "get", id, "-", "--progress=never", "--dir", h.c.Dir(), "--log-level=warn")
+	cmd.Dir = dir
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("arbor blob get %s -: %v\n%s", id, err, errb.String())
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out.Bytes(), want) {
+		t.Fatalf("standard output has %d bytes, the blob %d, or they differ", out.Len(), len(want))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "-")); err == nil {
+		t.Fatal("a file named - was written")
+	}
+}
+
 // badInput: each gets a clear error and changes nothing.
 func badInput(t *testing.T, h *harness, id string) {
 	before := h.tractsPerServer()
@@ -484,6 +510,13 @@ func badInput(t *testing.T, h *harness, id string) {
 		out := h.arbor(true, tc.args...)
 		if !strings.Contains(out, tc.want) {
 			t.Errorf("arbor %s: want %q in:\n%s", strings.Join(tc.args, " "), tc.want, out)
+		}
+		if tc.args[1] == "get" {
+			// A failed get leaves no file, not even an empty one.
+			dir := filepath.Dir(tc.args[3])
+			if left, _ := os.ReadDir(dir); len(left) != 0 {
+				t.Errorf("arbor %s left %s behind", strings.Join(tc.args, " "), left[0].Name())
+			}
 		}
 	}
 	ctx := context.Background()
