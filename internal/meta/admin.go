@@ -46,8 +46,8 @@ func (s *Server) CreateFileSystem(ctx context.Context, req *pb.CreateFileSystemR
 }
 
 func (s *Server) createFileSystem(ctx context.Context, name string) (*dpb.FileSystem, bool, error) {
-	if name == "" {
-		return nil, false, invalidf("a file system needs a name")
+	if err := CheckFileSystemName(name); err != nil {
+		return nil, false, err
 	}
 	if !s.ready() {
 		return nil, false, errNotReady

@@ -366,10 +366,21 @@ func TestBadInput(t *testing.T) {
 		}
 		for _, x := range []struct {
 			what, name string
-		}{{"file system with no name", ""}, {"file system with a long name", strings.Repeat("n", 300)}, {"file system named a/b", "a/b"}} {
+		}{
+			{"file system with no name", ""}, {"file system with a long name", strings.Repeat("n", 300)}, {"file system named a/b", "a/b"},
+			{"file system named .", "."}, {"file system named ..", ".."}, {"file system named with a space", "a b"},
+			{"file system named with a tab", "a\tb"}, {"file system named with a newline", "a\n"},
+		} {
 			fsr, err := s1.CreateFileSystem(ctx, &pb.CreateFileSystemRequest{Name: x.name})
 			wantInvalid.check(t, x.what, answer(fsr.GetError(), err))
+			// The client library refuses it before sending.
+			_, _, err = c.client.CreateFileSystem(ctx, x.name)
+			wantInvalid.check(t, x.what+", by the client", errorToPB(err))
 		}
+		// A name that is not UTF-8 cannot be marshaled: the client says so
+		// instead of gRPC's "error while marshaling".
+		_, _, err = c.client.CreateFileSystem(ctx, "bad\xff")
+		wantInvalid.check(t, "file system name that is not UTF-8", errorToPB(err))
 		for _, x := range []struct {
 			what string
 			req  *pb.CreateSnapshotRequest

@@ -246,6 +246,9 @@ func (c *Client) anyServer(ctx context.Context, fn func(ctx context.Context, cl 
 // CreateFileSystem creates file system name (created false: it existed)
 // and returns its number.
 func (c *Client) CreateFileSystem(ctx context.Context, name string) (number uint64, created bool, err error) {
+	if err := CheckFileSystemName(name); err != nil {
+		return 0, false, err
+	}
 	err = c.anyServer(ctx, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
 		resp, err := cl.CreateFileSystem(ctx, &pb.CreateFileSystemRequest{Name: name})
 		number, created = resp.GetNumber(), resp.GetCreated()
