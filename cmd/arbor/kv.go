@@ -77,6 +77,14 @@ func (f *kvFlags) decode(what, s string) ([]byte, error) {
 			return nil, fmt.Errorf("%s %s is not hex: %w", what, quoteArg(s), err)
 		}
 	}
+	if what == "key" && len(b) == 0 {
+		return nil, errors.New("the empty key is not a key")
+	}
+	if what == "key" && !f.hex && strings.ContainsAny(s, "\t\n\r") {
+		// scan prints KEY<TAB>VALUE lines and put --stdin reads them: such
+		// a key could not be told from its neighbours there.
+		return nil, fmt.Errorf("key %s holds a tab or a line break: give it with --hex", quoteArg(s))
+	}
 	if what == "key" && kv.ReservedForFileSystems(b) {
 		return nil, fmt.Errorf("key %s starts with byte %#02x: keys starting with %#02x to %#02x hold file systems' metadata and are not for arbor kv",
 			quoteArg(s), b[0], kv.FileSystemKeysFirst, kv.FileSystemKeysLast)
@@ -113,7 +121,8 @@ B-tree over the extent store, reached directly from this process.
 Keys are at most 1 KiB, values at most 4 KiB; a transaction touches at most
 15 keys. Keys and values are taken and printed as given, or hex-encoded with
 --hex (use it for binary data, and for keys or values holding a tab or a
-newline, which the line formats below cannot carry).`,
+newline, which the line formats below cannot carry: such a key, and the
+empty key, are refused without it).`,
 	}
 	// run opens the tree, runs fn, and closes it.
 	run := func(cmd *cobra.Command, f *kvFlags, fn func(ctx context.Context, tr *btree.Tree) error) error {

@@ -107,6 +107,12 @@ func TestKVCommands(t *testing.T) {
 	if got := mustRun("", "get", "--hex", "00ff"); got != "0a09\n" {
 		t.Fatalf("get --hex = %q", got)
 	}
+	// A key holding a tab goes with --hex (as given it is refused).
+	mustRun("", "put", "--hex", "610962", "01")
+	if got := mustRun("", "get", "--hex", "610962"); got != "01\n" {
+		t.Fatalf("get --hex of a key with a tab = %q", got)
+	}
+	mustRun("", "del", "--hex", "610962")
 	check := mustRun("", "check")
 	if !strings.Contains(check, "keys         100\n") || !strings.HasSuffix(check, "ok\n") {
 		t.Fatalf("check printed:\n%s", check)
@@ -150,6 +156,10 @@ func TestKVBadInputChangesNothing(t *testing.T) {
 		{"file-system key", "", []string{"put", "--hex", "1501", "00"}, "hold file systems' metadata"},
 		{"bulk file-system key", "a\t1\n\x1c\t2\n", []string{"put", "--stdin"}, "line 2: key"},
 		{"txn file-system key", "del\t\x14x\n", []string{"txn"}, "hold file systems' metadata"},
+		{"empty key", "", []string{"put", "", "v"}, "the empty key"},
+		{"key with a tab", "", []string{"put", "a\tb", "v"}, "give it with --hex"},
+		{"key with a newline", "", []string{"put", "a\nb", "v"}, "give it with --hex"},
+		{"txn key with a line break", "put\ta\rb\tv\n", []string{"txn"}, "give it with --hex"},
 	}
 	for _, c := range cases {
 		_, err := m.run(t, c.stdin, c.args...)
