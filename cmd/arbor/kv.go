@@ -121,8 +121,8 @@ B-tree over the extent store, reached directly from this process.
 Keys are at most 1 KiB, values at most 4 KiB; a transaction touches at most
 15 keys. Keys and values are taken and printed as given, or hex-encoded with
 --hex (use it for binary data, and for keys or values holding a tab or a
-newline, which the line formats below cannot carry: such a key, and the
-empty key, are refused without it).`,
+newline, which the line formats below cannot carry: such a key is refused
+without it). The empty key is refused.`,
 	}
 	// run opens the tree, runs fn, and closes it.
 	run := func(cmd *cobra.Command, f *kvFlags, fn func(ctx context.Context, tr *btree.Tree) error) error {
