@@ -347,6 +347,30 @@ func posixSmoke(t *testing.T, mnt string) {
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Mode 0 stays 0 (go-fuse used to show 0644 and 0755).
+	zf, zd := filepath.Join(d, "mode0"), filepath.Join(d, "mode0.d")
+	if fd, err := syscall.Open(zf, syscall.O_CREAT|syscall.O_WRONLY, 0); err != nil {
+		t.Fatal(err)
+	} else {
+		syscall.Close(fd)
+	}
+	if err := syscall.Mkdir(zd, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{zf, zd} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0 {
+			t.Fatalf("%s created with mode 0: %v, %v", p, st.Mode(), err)
+		}
+		if err := os.Chmod(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(zf); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(zd); err != nil {
+		t.Fatal(err)
+	}
 	p := filepath.Join(d, "f")
 	data := bytes.Repeat([]byte("0123456789abcdef"), 100_000) // 1.6 MB: several blocks
 	if err := os.WriteFile(p, data, 0o640); err != nil {

@@ -119,6 +119,10 @@ func New(fsys *fsclient.FS, dir string, opts Options) (*Mount, error) {
 		AttrTimeout:     &attr,
 		NegativeTimeout: &negative,
 		RootStableAttr:  &gofs.StableAttr{Ino: 1, Mode: syscall.S_IFDIR},
+		// Mode bits as stored: without it go-fuse shows a file or
+		// directory of mode 0 as 0644 or 0755 (the kernel checks
+		// permissions itself, default_permissions).
+		NullPermissions: true,
 	}
 	server, err := gofs.Mount(dir, rootNode, gopts)
 	if err != nil {
