@@ -274,43 +274,10 @@ func getInto(path string, get func(*os.File) error) error {
 	return err
 }
 
-// streamBlob writes blob g to w, tract after tract.
-func streamBlob(ctx context.Context, c *tract.Client, g tract.GUID, w io.Writer, mode progressMode, stderr io.Writer) error {
-	ts, err := c.TractSize(ctx)
-	if err != nil {
-		return err
-	}
-	b, err := c.OpenBlob(ctx, g)
-	if err != nil {
-		return fmt.Errorf("open blob %s: %w", g, err)
-	}
-	defer b.Close()
-	n := b.Info().Tracts
-	bar := newProgress(stderr, mode, "get", int64(n)*int64(ts), true)
-	defer bar.Finish()
-	for i := range n {
-		data, err := b.ReadTract(ctx, i)
-		if err != nil {
-			return fmt.Errorf("read tract %d: %w", i, err)
-		}
-		if _, err := w.Write(data); err != nil {
-			return err
-		}
-		if i < n-1 && len(data) < ts {
-			// A short tract before the last: zeros up to the next, as
-			// getFile leaves a hole there.
-			if _, err := w.Write(make([]byte, ts-len(data))); err != nil {
-				return err
-			}
-		}
-		bar.Add(int64(ts))
-	}
-	return nil
-}
-
-// getFile reads blob g into out: tract i at offset i×tract size, the file
-// ending at the last tract's end.
-func getFile(ctx context.Context, c *tract.Client, g tract.GUID, out *os.File, mode progressMode, stderr io.Writer) error {
+// openForGet opens blob g for reading and runs fetch with it, its tract
+// size, its number of tracts and a progress bar over them.
+func openForGet(ctx context.Context, c *tract.Client, g tract.GUID, mode progressMode, stderr io.Writer,
+	fetch func(b *tract.Blob, ts int, n uint64, bar *progress) error) error {
 	ts, err := c.TractSize(ctx)
 	if err != nil {
 		return err
@@ -322,30 +289,62 @@ func getFile(ctx context.Context, c *tract.Client, g tract.GUID, out *os.File, m
 	defer b.Close()
 	n := b.Info().Tracts // OpenBlob just read the length
 	bar := newProgress(stderr, mode, "get", int64(n)*int64(ts), true)
-	var mu sync.Mutex
-	end := int64(0)
-	err = forEachTract(ctx, n, c.SimultaneousLimit(), func(ctx context.Context, i uint64) error {
-		data, err := b.ReadTract(ctx, i)
-		if err != nil {
-			return fmt.Errorf("read tract %d: %w", i, err)
+	defer bar.Finish()
+	return fetch(b, ts, n, bar)
+}
+
+// streamBlob writes blob g to w, tract after tract.
+func streamBlob(ctx context.Context, c *tract.Client, g tract.GUID, w io.Writer, mode progressMode, stderr io.Writer) error {
+	return openForGet(ctx, c, g, mode, stderr, func(b *tract.Blob, ts int, n uint64, bar *progress) error {
+		for i := range n {
+			data, err := b.ReadTract(ctx, i)
+			if err != nil {
+				return fmt.Errorf("read tract %d: %w", i, err)
+			}
+			if _, err := w.Write(data); err != nil {
+				return err
+			}
+			if i < n-1 && len(data) < ts {
+				// A short tract before the last: zeros up to the next, as
+				// getFile leaves a hole there.
+				if _, err := w.Write(make([]byte, ts-len(data))); err != nil {
+					return err
+				}
+			}
+			bar.Add(int64(ts))
 		}
-		off := int64(i) * int64(ts)
-		if _, err := out.WriteAt(data, off); err != nil {
-			return err
-		}
-		mu.Lock()
-		if i == n-1 {
-			end = off + int64(len(data))
-		}
-		mu.Unlock()
-		bar.Add(int64(ts))
 		return nil
 	})
-	bar.Finish()
-	if err != nil {
-		return err
-	}
-	return out.Truncate(end)
+}
+
+// getFile reads blob g into out: tract i at offset i×tract size, the file
+// ending at the last tract's end.
+func getFile(ctx context.Context, c *tract.Client, g tract.GUID, out *os.File, mode progressMode, stderr io.Writer) error {
+	return openForGet(ctx, c, g, mode, stderr, func(b *tract.Blob, ts int, n uint64, bar *progress) error {
+		var mu sync.Mutex
+		end := int64(0)
+		err := forEachTract(ctx, n, c.SimultaneousLimit(), func(ctx context.Context, i uint64) error {
+			data, err := b.ReadTract(ctx, i)
+			if err != nil {
+				return fmt.Errorf("read tract %d: %w", i, err)
+			}
+			off := int64(i) * int64(ts)
+			if _, err := out.WriteAt(data, off); err != nil {
+				return err
+			}
+			mu.Lock()
+			if i == n-1 {
+				end = off + int64(len(data))
+			}
+			mu.Unlock()
+			bar.Add(int64(ts))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return out.Truncate(end)
+	})
 }
 
 func newBlobStatCmd(a *app) *cobra.Command {
