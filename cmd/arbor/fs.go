@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"text/tabwriter"
@@ -31,11 +30,9 @@ func dialCluster(target clusterTarget, logger *slog.Logger) (*client.Cluster, er
 	return client.Dial(client.Options{Addrs: target.Addrs, ClusterID: target.ClusterID, Logger: logger})
 }
 
-// createFS creates the file system name, or finds it if it exists.
+// createFS creates the file system name, or finds it if it exists. The
+// metadata client checks the name (meta.CheckFileSystemName).
 func createFS(ctx context.Context, c *client.Cluster, name string) (*dpb.FileSystem, bool, error) {
-	if name == "" {
-		return nil, false, errors.New("a file system name is required")
-	}
 	_, created, err := c.Meta().CreateFileSystem(ctx, name)
 	if err != nil {
 		return nil, false, fmt.Errorf("create file system %q: %w", name, err)

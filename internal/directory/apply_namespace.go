@@ -7,7 +7,7 @@ import (
 )
 
 func (a *applier) createFileSystem(req *pb.CreateFileSystemRequest) *pb.CommandResult {
-	if err := checkFileSystemName("name", req.Name, maxFileSystemNameBytes, "maxFileSystemNameBytes"); err != nil {
+	if err := checkFileSystemName("name", req.Name, MaxFileSystemNameBytes, "maxFileSystemNameBytes"); err != nil {
 		return failf(pb.ErrorCode_INVALID_ARGUMENT, "%v", err)
 	}
 	for _, num := range sortedKeys(a.st.fileSystems) {

@@ -60,7 +60,6 @@ const (
 	maxTableKeyBytes = 1024
 
 	maxFileSystems            = 4096
-	maxFileSystemNameBytes    = 255
 	maxSnapshotsPerFileSystem = 1024
 	maxSnapshotNameBytes      = 255
 
@@ -89,3 +88,7 @@ const LeaseSafetyMargin = 500 * time.Millisecond
 func HolderDeadline(sent time.Time, durationMs int64) time.Time {
 	return sent.Add(time.Duration(durationMs)*time.Millisecond - LeaseSafetyMargin)
 }
+
+// MaxFileSystemNameBytes bounds a file system's name (the metadata service
+// checks names against it before they reach the directory).
+const MaxFileSystemNameBytes = 255

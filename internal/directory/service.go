@@ -509,8 +509,8 @@ func (s *Service) GetFileSystem(ctx context.Context, req *pb.GetFileSystemReques
 	if req.Number == 0 && req.Name == "" {
 		return nil, invalidArgument("number or name is required")
 	}
-	if len(req.Name) > maxFileSystemNameBytes {
-		return nil, invalidArgument("name is %d bytes, limit %d (maxFileSystemNameBytes)", len(req.Name), maxFileSystemNameBytes)
+	if len(req.Name) > MaxFileSystemNameBytes {
+		return nil, invalidArgument("name is %d bytes, limit %d (maxFileSystemNameBytes)", len(req.Name), MaxFileSystemNameBytes)
 	}
 	if err := s.linearize(ctx); err != nil {
 		return nil, err

@@ -306,7 +306,7 @@ func checkStateless(cmd *pb.Command) error {
 			return fmt.Errorf("split_key of %d bytes, limit %d (maxTableKeyBytes)", len(r.SplitKey), maxTableKeyBytes)
 		}
 	case *pb.Command_CreateFileSystem:
-		return checkFileSystemName("name", op.CreateFileSystem.Name, maxFileSystemNameBytes, "maxFileSystemNameBytes")
+		return checkFileSystemName("name", op.CreateFileSystem.Name, MaxFileSystemNameBytes, "maxFileSystemNameBytes")
 	case *pb.Command_DeleteFileSystem:
 		if op.DeleteFileSystem.Number == 0 {
 			return fmt.Errorf("number is required")

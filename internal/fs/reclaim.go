@@ -36,16 +36,8 @@ func (f *FS) orphaned(ctx context.Context, h Handle) {
 // dataHeld reports whether a session other than the caller's holds h's
 // data (SetHold), so that reclaiming it now would wait for the hold.
 func (f *FS) dataHeld(ctx context.Context, h Handle) bool {
-	held := false
-	_ = f.view(ctx, func(tx MetaTxn, s uint64) error {
-		n, err := readInode(tx, f.keys, h, s)
-		if err != nil {
-			return err
-		}
-		held = f.heldFrom(ctx, n)
-		return nil
-	})
-	return held
+	n, err := f.headInode(ctx, h)
+	return err == nil && f.heldFrom(ctx, n)
 }
 
 // errTrimPending: an orphan's inode still has blocks to trim.

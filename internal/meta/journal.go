@@ -391,16 +391,11 @@ func (j *journal) barrier(ctx context.Context, node uint64, withLost bool) error
 	}()
 	var targets []*unsafeOp
 	for _, st := range j.stores {
-		if node != 0 && st.node == node {
-			// A store lives on one server (its id is drawn at random
-			// when it opens), so every op of it is on node: skipped
-			// without a walk, as this runs before every request.
-			continue
-		}
-		for _, op := range st.ops {
-			if node == 0 || op.node != node {
-				targets = append(targets, op)
-			}
+		// A store lives on one server (its id is drawn at random when it
+		// opens), so its ops are all on node or all elsewhere: taken or
+		// skipped whole, without a walk, as this runs before every request.
+		if node == 0 || st.node != node {
+			targets = append(targets, st.ops...)
 		}
 	}
 	if withLost {

@@ -3,10 +3,9 @@ package meta
 import (
 	"unicode"
 	"unicode/utf8"
-)
 
-// maxFileSystemNameBytes matches the directory's bound on the name.
-const maxFileSystemNameBytes = 255
+	"github.com/arbor-storage/arbor/internal/directory"
+)
 
 // CheckFileSystemName says what is wrong with a file system's name, or nil.
 // A name is how mounts, gateways and paths (an NFS export /NAME) find the
@@ -18,8 +17,8 @@ func CheckFileSystemName(name string) error {
 	switch {
 	case name == "":
 		return invalidf("a file system needs a name")
-	case len(name) > maxFileSystemNameBytes:
-		return invalidf("a file system name of %d bytes (the bound is %d)", len(name), maxFileSystemNameBytes)
+	case len(name) > directory.MaxFileSystemNameBytes:
+		return invalidf("a file system name of %d bytes (the bound is %d)", len(name), directory.MaxFileSystemNameBytes)
 	case !utf8.ValidString(name):
 		return invalidf("file system name %q is not UTF-8", name)
 	case name == "." || name == "..":
