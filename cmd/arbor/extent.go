@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -17,23 +16,16 @@ import (
 	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/extent"
+	"github.com/arbor-storage/arbor/internal/overview"
 )
 
 // extentReplicaTimeout bounds the question to one replica about its
 // extent's leader.
-const extentReplicaTimeout = 2 * time.Second
+const extentReplicaTimeout = overview.ExtentReplicaTimeout
 
-// ExtentView is one extent as `arbor extent list` prints it: its replicas
-// and epoch from the directory's extent map, its leader from the replicas.
-type ExtentView struct {
-	ID          uint64   `json:"id"`
-	Replicas    []uint64 `json:"replicas"`
-	Replication uint32   `json:"replication"`
-	// Leader is the replica that leads the extent's raft group; 0 if none
-	// answered.
-	Leader uint64 `json:"leader"`
-	Epoch  uint64 `json:"epoch"`
-}
+// ExtentView is one extent as `arbor extent list` prints it (gathered by
+// internal/overview, which the dashboard and `arbor status` share).
+type ExtentView = overview.ExtentView
 
 // ExtentDetail is what `arbor extent show ID` prints.
 type ExtentDetail struct {
@@ -155,60 +147,7 @@ func fetchExtentViews(ctx context.Context, target clusterTarget) ([]ExtentView, 
 	}
 	defer dir.Close()
 	defer cl.Close()
-	infos, err := cl.Extents(ctx)
-	if err != nil {
-		return nil, err
-	}
-	views := make([]ExtentView, len(infos))
-	var wg sync.WaitGroup
-	for i, e := range infos {
-		views[i] = ExtentView{ID: e.ID, Replicas: e.Replicas, Replication: e.Geometry.Replication, Epoch: e.Epoch}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			views[i].Leader = leaderOf(ctx, cl, e.ID, e.Replicas)
-		}()
-	}
-	wg.Wait()
-	return views, nil
-}
-
-// leaderOf asks every replica of an extent about its leader: a replica
-// that says it leads wins, else the hint most replicas give.
-func leaderOf(ctx context.Context, cl *extent.Client, id uint64, replicas []uint64) uint64 {
-	var mu sync.Mutex
-	votes := map[uint64]int{}
-	var self uint64
-	var wg sync.WaitGroup
-	for _, r := range replicas {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rctx, cancel := context.WithTimeout(ctx, extentReplicaTimeout)
-			defer cancel()
-			st, err := cl.ReplicaStatus(rctx, r, id, false)
-			if err != nil || !st.Exists || st.LeaderId == 0 {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			votes[st.LeaderId]++
-			if st.LeaderId == st.NodeId {
-				self = st.NodeId
-			}
-		}()
-	}
-	wg.Wait()
-	if self != 0 {
-		return self
-	}
-	var best uint64
-	for l, n := range votes {
-		if n > votes[best] || (n == votes[best] && l < best) {
-			best = l
-		}
-	}
-	return best
+	return overview.FetchExtents(ctx, cl)
 }
 
 // fetchExtentDetail reads one extent's map entry and asks its leader
@@ -234,7 +173,7 @@ func fetchExtentDetail(ctx context.Context, target clusterTarget, id uint64) (Ex
 	info, err := cl.Info(ictx, id)
 	if err != nil {
 		d.Error = err.Error()
-		d.Leader = leaderOf(ctx, cl, id, e.Replicas)
+		d.Leader = overview.LeaderOf(ctx, cl, id, e.Replicas)
 		return d, nil
 	}
 	d.Leader, d.Term, d.Voters, d.Learners = info.LeaderId, info.Term, info.Voters, info.Learners

@@ -4,18 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/arbor-storage/arbor/internal/directory"
-	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
-	"github.com/arbor-storage/arbor/internal/tract"
-	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
+	"github.com/arbor-storage/arbor/internal/overview"
 )
 
 // tltWaitPoll is how often `arbor tlt --wait` looks again.
@@ -69,178 +64,24 @@ finished.`,
 	return cmd
 }
 
-// TLTView is what `arbor tlt` prints.
-type TLTView struct {
-	Version     uint64       `json:"version"`
-	Replication int          `json:"replication"`
-	TractSize   int          `json:"tract_size"`
-	Servers     []ServerView `json:"servers"`
-	Rows        []RowView    `json:"rows"`
-	// RowsCatchingUp counts rows with a member or pending entry not in
-	// sync (or whose state could not be read).
-	RowsCatchingUp int `json:"rows_catching_up"`
-	// RecoveredBytes is the total copied by catch-ups on the nodes that
-	// answered, since they started.
-	RecoveredBytes uint64 `json:"recovered_bytes"`
-}
-
-// ServerView is one tractserver.
-type ServerView struct {
-	Server     string `json:"server"`
-	Address    string `json:"address"`
-	Domain     string `json:"domain"`
-	State      string `json:"state"`
-	Slots      int    `json:"slots"`
-	Primary    int    `json:"primary"`
-	Pending    int    `json:"pending"`
-	Tracts     uint64 `json:"tracts"`
-	Bytes      uint64 `json:"bytes"`
-	CatchingUp int    `json:"catching_up"`
-	Error      string `json:"error,omitempty"`
-}
-
-// RowView is one row of the table.
-type RowView struct {
-	Row     int      `json:"row"`
-	Version uint64   `json:"version"`
-	Slots   []string `json:"slots"`
-	Pending []string `json:"pending"`
-	// Behind lists members not in sync, with their catch-up progress.
-	Behind []string `json:"behind"`
-}
+// The table's view is gathered by internal/overview, which the dashboard
+// and `arbor status` share.
+type (
+	// TLTView is what `arbor tlt` prints.
+	TLTView = overview.TLTView
+	// ServerView is one tractserver.
+	ServerView = overview.ServerView
+	// RowView is one row of the table.
+	RowView = overview.RowView
+)
 
 func fetchTLTView(ctx context.Context, c *tractClients) (TLTView, error) {
-	t, err := c.tract.RefreshTLT(ctx)
-	if err != nil {
-		return TLTView{}, err
-	}
-	nodes, err := c.dir.ListNodes(ctx, &dpb.ListNodesRequest{})
-	if err != nil {
-		return TLTView{}, fmt.Errorf("list nodes: %w", err)
-	}
-	byID := map[uint64]*dpb.Node{}
-	for _, n := range nodes.Nodes {
-		byID[n.Id] = n
-	}
-	statuses := map[uint64]*tpb.StatusResponse{}
-	errs := map[uint64]error{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	// Only this loop reads asked; the goroutines write statuses under mu.
-	asked := map[uint64]bool{}
-	for _, s := range t.Servers() {
-		if asked[s.Node] {
-			continue
-		}
-		asked[s.Node] = true
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			st, err := c.tract.NodeStatus(sctx, s.Node, true)
-			cancel()
-			mu.Lock()
-			statuses[s.Node], errs[s.Node] = st, err
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return buildTLTView(t, byID, statuses, errs), nil
+	return overview.FetchTLT(ctx, c.dir, c.tract)
 }
 
 // buildTLTView combines the table, the node table and the tractservers'
 // statuses.
-func buildTLTView(t *tract.Table, nodes map[uint64]*dpb.Node, statuses map[uint64]*tpb.StatusResponse, errs map[uint64]error) TLTView {
-	v := TLTView{Version: t.Version, Replication: t.Replication, TractSize: t.TractSize}
-	type key struct {
-		row int
-		s   tract.ServerID
-	}
-	rowStatus := map[key]*tpb.RowStatus{}
-	disk := map[tract.ServerID]*tpb.DiskStatus{}
-	for node, st := range statuses {
-		if st == nil {
-			continue
-		}
-		for _, d := range st.Disks {
-			s := tract.ServerID{Node: node, Disk: d.Disk}
-			disk[s] = d
-			v.RecoveredBytes += d.RecoveredBytes
-			for _, r := range d.Rows {
-				rowStatus[key{int(r.Row), s}] = r
-			}
-		}
-	}
-	servers := map[tract.ServerID]*ServerView{}
-	view := func(s tract.ServerID) *ServerView {
-		if sv := servers[s]; sv != nil {
-			return sv
-		}
-		sv := &ServerView{Server: s.String(), State: "unknown"}
-		if n := nodes[s.Node]; n != nil {
-			sv.Address, sv.Domain, sv.State = n.Address, n.FailureDomain, directory.StateName(n.State)
-		}
-		if d := disk[s]; d != nil {
-			sv.Tracts, sv.Bytes = d.Tracts, d.Bytes
-		} else if err := errs[s.Node]; err != nil {
-			sv.Error = err.Error()
-		}
-		servers[s] = sv
-		return sv
-	}
-	inSync := func(ri int, s tract.ServerID) (bool, string) {
-		st := rowStatus[key{ri, s}]
-		switch {
-		case st == nil:
-			return false, s.String() + " (no status)"
-		case st.Version != t.Rows[ri].Version:
-			return false, fmt.Sprintf("%s (at version %d)", s, st.Version)
-		case !st.InSync:
-			return false, fmt.Sprintf("%s (%d tracts, %s copied)", s, st.CopiedTracts, humanBytes(int64(st.CopiedBytes)))
-		}
-		return true, ""
-	}
-	for ri, r := range t.Rows {
-		rv := RowView{Row: ri, Version: r.Version, Slots: []string{}, Pending: []string{}, Behind: []string{}}
-		for j, s := range r.Slots {
-			rv.Slots = append(rv.Slots, s.String())
-			sv := view(s)
-			sv.Slots++
-			if j == 0 {
-				sv.Primary++
-			}
-			if ok, why := inSync(ri, s); !ok {
-				rv.Behind = append(rv.Behind, why)
-				sv.CatchingUp++
-			}
-		}
-		for _, p := range r.Pending {
-			rv.Pending = append(rv.Pending, fmt.Sprintf("%d:%s", p.Slot, p.Server))
-			sv := view(p.Server)
-			sv.Pending++
-			if ok, why := inSync(ri, p.Server); !ok {
-				rv.Behind = append(rv.Behind, why)
-				sv.CatchingUp++
-			}
-		}
-		if len(rv.Behind) > 0 {
-			v.RowsCatchingUp++
-		}
-		v.Rows = append(v.Rows, rv)
-	}
-	ids := make([]tract.ServerID, 0, len(servers))
-	for s := range servers {
-		ids = append(ids, s)
-	}
-	sort.Slice(ids, func(i, j int) bool {
-		return ids[i].Node < ids[j].Node || ids[i].Node == ids[j].Node && ids[i].Disk < ids[j].Disk
-	})
-	v.Servers = []ServerView{}
-	for _, s := range ids {
-		v.Servers = append(v.Servers, *servers[s])
-	}
-	return v
-}
+var buildTLTView = overview.BuildTLT
 
 // waitInSync polls until no row is catching up, drawing the share of rows
 // in sync and the bytes copied so far.
