@@ -1154,14 +1154,48 @@ type StatFS struct {
 	NameLen               uint32
 }
 
-// StatFS returns the file system's statistics. Capacity is shared by every
-// file system of the cluster, so the figures are nominal: large free
-// counts that never run out.
+// statFSBlockBytes is the block size statfs reports: the unit of Blocks,
+// Bfree and Bavail.
+const statFSBlockBytes = 4096
+
+// nominalStatFSCount is what statfs reports for a count the file system
+// does not know: block counts when nobody supplied the cluster's capacity
+// (WithCapacity), and always the inode counts, since no file system keeps
+// a count of its objects (one counter in every create and remove would
+// make them all conflict) and handles never run out (layout.go).
+const nominalStatFSCount = 1 << 40
+
+// StatFS returns the file system's statistics. The block counts are
+// nominal (large free counts that never run out) until the caller sets
+// the cluster's capacity with WithCapacity: capacity is shared by every
+// file system of the cluster, and this engine does not see it. Files and
+// Ffree are always nominal (nominalStatFSCount).
 func (f *FS) StatFS(ctx context.Context) (StatFS, error) {
 	if _, err := f.readSuperblock(ctx); err != nil {
 		return StatFS{}, err
 	}
-	const nominal = 1 << 40
+	const nominal = nominalStatFSCount
 	return StatFS{Blocks: nominal, Bfree: nominal, Bavail: nominal, Files: nominal, Ffree: nominal,
-		Bsize: 4096, Frsize: 4096, NameLen: MaxNameBytes}, nil
+		Bsize: statFSBlockBytes, Frsize: statFSBlockBytes, NameLen: MaxNameBytes}, nil
+}
+
+// Capacity is the space file data can take, in bytes of file data (raw
+// disk bytes already divided by the number of replicas each byte is
+// kept in): TotalBytes in all, FreeBytes of it unused.
+type Capacity struct {
+	TotalBytes, FreeBytes uint64
+}
+
+// WithCapacity returns s with its block counts taken from c, rounded down
+// to whole blocks. Free space is all available to unprivileged users
+// (Bavail = Bfree): the cluster reserves none for root.
+func (s StatFS) WithCapacity(c Capacity) StatFS {
+	bs := uint64(s.Frsize)
+	if bs == 0 {
+		bs = statFSBlockBytes
+	}
+	s.Blocks = c.TotalBytes / bs
+	s.Bfree = min(c.FreeBytes, c.TotalBytes) / bs
+	s.Bavail = s.Bfree
+	return s
 }

@@ -29,6 +29,8 @@ type Directory interface {
 	DeleteDelegation(ctx context.Context, req *dpb.DeleteDelegationRequest) (*dpb.DeleteDelegationResponse, error)
 	SplitDelegation(ctx context.Context, req *dpb.SplitDelegationRequest) (*dpb.DelegationPair, error)
 	ListNodes(ctx context.Context, req *dpb.ListNodesRequest) (*dpb.ListNodesResponse, error)
+	GetMemberStats(ctx context.Context, req *dpb.GetMemberStatsRequest) (*dpb.GetMemberStatsResponse, error)
+	GetTLT(ctx context.Context, req *dpb.GetTLTRequest) (*dpb.TLT, error)
 	CreateFileSystem(ctx context.Context, req *dpb.CreateFileSystemRequest) (*dpb.FileSystem, error)
 	DeleteFileSystem(ctx context.Context, req *dpb.DeleteFileSystemRequest) (*dpb.FileSystem, error)
 	GetFileSystem(ctx context.Context, req *dpb.GetFileSystemRequest) (*dpb.FileSystem, error)
@@ -120,6 +122,9 @@ type Server struct {
 	borrowed map[uint64]*borrowed
 
 	place placer
+
+	// capacity is the cluster's capacity statfs reports (capacity.go).
+	capacity capacityCache
 
 	stores atomic.Pointer[stores]
 
@@ -224,6 +229,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.peers = peers{dir: cfg.Directory, dial: cfg.Dial}
+	s.capacity = capacityCache{dir: cfg.Directory, now: time.Now}
 	if cfg.Tree != nil {
 		s.stores.Store(&stores{tree: cfg.Tree, data: cfg.Data})
 	}

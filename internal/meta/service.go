@@ -620,12 +620,22 @@ const maxSafeWait = 5 * time.Second
 // with more sends several).
 const maxSyncedOpens = 1 << 16
 
-// StatFS implements pb.MetaServer (routed by the root directory).
+// StatFS implements pb.MetaServer (routed by the root directory). Its
+// block counts are the cluster's capacity and use (capacity.go), cached
+// for capacityTTL.
 func (s *Server) StatFS(ctx context.Context, req *pb.StatFSRequest) (*pb.StatFSResponse, error) {
 	var sf fs.StatFS
-	e, _ := s.run(ctx, request{hdr: req.GetHeader(), d: fs.RootHandle.D}, func(ctx context.Context, f *fs.FS) (err error) {
-		sf, err = f.StatFS(ctx)
-		return err
+	e, _ := s.run(ctx, request{hdr: req.GetHeader(), d: fs.RootHandle.D}, func(ctx context.Context, f *fs.FS) error {
+		base, err := f.StatFS(ctx)
+		if err != nil {
+			return err
+		}
+		c, err := s.capacity.get(ctx)
+		if err != nil {
+			return err
+		}
+		sf = base.WithCapacity(c)
+		return nil
 	}, nil)
 	return &pb.StatFSResponse{Error: e, Blocks: sf.Blocks, Bfree: sf.Bfree, Bavail: sf.Bavail, Files: sf.Files, Ffree: sf.Ffree,
 		Bsize: sf.Bsize, Frsize: sf.Frsize, NameLen: sf.NameLen}, nil

@@ -340,6 +340,9 @@ func (m *agentModule) Init(_ context.Context, env *Env) error {
 			Disks:         disks,
 			Roles:         roles,
 		},
+		// The disks' space travels with each heartbeat: statfs of the
+		// file systems reports the cluster's from it (internal/meta).
+		Stats:    func() *pb.MemberStats { return diskStats(env.Config.Disks) },
 		Interval: env.Config.Timeouts.Heartbeat,
 		Logger:   env.Logger,
 	})
@@ -390,6 +393,23 @@ func diskCapacity(path string) uint64 {
 		return 0
 	}
 	return st.Blocks * uint64(st.Bsize)
+}
+
+// diskStats returns the space of the file systems holding the node's
+// disks: their sizes summed, and the bytes an unprivileged writer could
+// still use. A disk whose file system cannot be read counts for nothing.
+func diskStats(disks []string) *pb.MemberStats {
+	st := &pb.MemberStats{}
+	for _, d := range disks {
+		var fs syscall.Statfs_t
+		if err := syscall.Statfs(d, &fs); err != nil {
+			continue
+		}
+		capacity := fs.Blocks * uint64(fs.Bsize)
+		st.CapacityBytes += capacity
+		st.FreeBytes += min(fs.Bavail*uint64(fs.Bsize), capacity)
+	}
+	return st
 }
 
 // engineCollector exports the engine's Metrics snapshot to Prometheus.

@@ -132,6 +132,9 @@ func (c *Cluster) start(id uint64, lis net.Listener) *replica {
 		NodeID: id, Engine: engine, StateMachine: sm,
 		AddressOf: func(n uint64) string { return c.addrs[n] },
 		Detector:  Detector, DetectorTick: 20 * time.Millisecond, Logger: c.logger,
+		// Member statistics recorded quickly, so that a test sees what
+		// its nodes report within a fraction of a second.
+		StatsFlushInterval: 100 * time.Millisecond,
 	})
 	if err != nil {
 		c.t.Fatal(err)
