@@ -6,40 +6,33 @@ import (
 
 	"github.com/arbor-storage/arbor/internal/directory"
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/overview"
 )
 
 // The two functions in this file are where the CLI meets the directory
 // group (internal/directory).
 
-// fetchClusterView asks the directory of the cluster at target for what
-// `arbor status` and `arbor nodes` print. It asks for the leader's
-// linearizable view; if no leader answers (no quorum), it falls back to
-// the possibly stale view of whichever member answers, and says so.
+// fetchClusterView gathers what `arbor status` and `arbor nodes` print
+// (internal/overview): the directory's view of the nodes, from the leader
+// or, if none answers, from whichever member does, and what is degraded
+// across the cluster. Parts that cannot be read within their own bound
+// show as degraded; only a directory that no member answers for is an
+// error.
 func fetchClusterView(ctx context.Context, target clusterTarget) (ClusterView, error) {
-	c, err := directory.Dial(target.Addrs, target.DialOptions()...)
+	o, err := overview.Gather(ctx, target.Addrs, target.DialOptions()...)
 	if err != nil {
-		return ClusterView{}, fmt.Errorf("connect to the directory: %w", err)
+		return ClusterView{}, err
 	}
-	defer c.Close()
-	st, err := c.Status(ctx, &pb.StatusRequest{})
-	if err != nil {
-		local, lerr := c.Status(ctx, &pb.StatusRequest{Local: true})
-		if lerr != nil {
-			return ClusterView{}, fmt.Errorf("directory status: %w", err)
-		}
-		st = local
+	return viewOf(o), nil
+}
+
+// viewOf is the part of an overview that status and nodes print.
+func viewOf(o overview.Overview) ClusterView {
+	v := ClusterView{Leader: o.Directory.Leader, Voters: o.Directory.Voters, Degraded: o.Degraded}
+	for _, n := range o.Nodes {
+		v.Nodes = append(v.Nodes, NodeView{ID: n.ID, Address: n.Address, Domain: n.Domain, State: NodeState(n.State), Roles: n.Roles})
 	}
-	v := ClusterView{Leader: st.GetLeaderId(), Voters: st.GetVoters()}
-	for _, n := range st.GetNodes() {
-		v.Nodes = append(v.Nodes, NodeView{
-			ID:      n.GetId(),
-			Address: n.GetAddress(),
-			Domain:  n.GetFailureDomain(),
-			State:   NodeState(directory.StateName(n.GetState())),
-			Roles:   n.GetRoles(),
-		})
-	}
-	return v, nil
+	return v
 }
 
 // decommissionNode asks the directory to decommission node id (`arbor

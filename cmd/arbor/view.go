@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/arbor-storage/arbor/internal/overview"
 )
 
 // NodeState is a node's state as the directory's failure detector sees it.
@@ -37,6 +39,9 @@ type ClusterView struct {
 	Voters []uint64 `json:"voters"`
 	// Nodes are all nodes the directory knows.
 	Nodes []NodeView `json:"nodes"`
+	// Degraded lists what needs attention, and parts of the cluster that
+	// could not be read (internal/overview); only `arbor status` prints it.
+	Degraded []overview.Problem `json:"degraded"`
 }
 
 // NodeView is one node as the directory knows it.
@@ -51,12 +56,15 @@ type NodeView struct {
 // sorted returns a copy of v with voters and nodes in id order and nil
 // lists made empty (JSON prints [] rather than null).
 func (v ClusterView) sorted() ClusterView {
-	out := ClusterView{Leader: v.Leader, Voters: slices.Clone(v.Voters), Nodes: slices.Clone(v.Nodes)}
+	out := ClusterView{Leader: v.Leader, Voters: slices.Clone(v.Voters), Nodes: slices.Clone(v.Nodes), Degraded: slices.Clone(v.Degraded)}
 	if out.Voters == nil {
 		out.Voters = []uint64{}
 	}
 	if out.Nodes == nil {
 		out.Nodes = []NodeView{}
+	}
+	if out.Degraded == nil {
+		out.Degraded = []overview.Problem{}
 	}
 	slices.Sort(out.Voters)
 	slices.SortFunc(out.Nodes, func(a, b NodeView) int { return cmp.Compare(a.ID, b.ID) })
@@ -84,7 +92,8 @@ func writeNodesJSON(w io.Writer, v ClusterView) error {
 	}{v.sorted().Nodes})
 }
 
-// writeStatus prints the view for people: a summary, then the node table.
+// writeStatus prints the view for people: a summary, what is degraded,
+// then the node table.
 func writeStatus(w io.Writer, v ClusterView) error {
 	v = v.sorted()
 	leader := "none"
@@ -119,10 +128,32 @@ func writeStatus(w io.Writer, v ClusterView) error {
 	if len(summary) > 0 {
 		nodesText += " (" + strings.Join(summary, ", ") + ")"
 	}
-	if _, err := fmt.Fprintf(w, "directory leader: %s\ndirectory voters: %s\nnodes:            %s\n\n", leader, votersText, nodesText); err != nil {
+	if _, err := fmt.Fprintf(w, "directory leader: %s\ndirectory voters: %s\nnodes:            %s\n", leader, votersText, nodesText); err != nil {
+		return err
+	}
+	if err := writeDegraded(w, v.Degraded); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(w); err != nil {
 		return err
 	}
 	return writeNodeTable(w, v)
+}
+
+// writeDegraded prints "degraded: none", or "degraded:" and one problem a
+// line.
+func writeDegraded(w io.Writer, ps []overview.Problem) error {
+	if len(ps) == 0 {
+		_, err := fmt.Fprintln(w, "degraded: none")
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("degraded:\n")
+	for _, p := range ps {
+		fmt.Fprintf(&b, "  %s: %s\n", p.Subject, p.Message)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // writeNodes prints the node table alone.

@@ -6,7 +6,11 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/arbor-storage/arbor/internal/overview"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -41,9 +45,16 @@ var fiveNodes = ClusterView{
 		{ID: 2, Address: "127.0.0.1:40003", Domain: "dev-2", State: NodeAlive, Roles: []string{"directory", "storage"}},
 		{ID: 10, Address: "10.0.0.10:7080", Domain: "rack-2", State: NodeDecommissioned, Roles: nil},
 	},
+	Degraded: []overview.Problem{
+		{Kind: overview.KindNodeDead, Subject: "node 3", Message: "dead since 2026-11-26T07:00:00Z (127.0.0.1:40005); its data is re-replicated elsewhere"},
+		{Kind: overview.KindNodeSuspect, Subject: "node 4", Message: "suspect since 2026-11-26T07:00:01Z (127.0.0.1:40007): its heartbeats are late"},
+		{Kind: overview.KindSectionUnavailable, Subject: "tlt", Message: "could not be read: context deadline exceeded"},
+	},
 }
 
-// noLeader is a cluster whose directory has no leader and knows no nodes.
+// noLeader is a cluster whose directory has no leader and knows no nodes;
+// nothing is degraded apart from that (the printers print what they are
+// given: the no-leader problem comes from internal/overview).
 var noLeader = ClusterView{Voters: []uint64{1, 2, 3}}
 
 func TestStatusGolden(t *testing.T) {
@@ -94,6 +105,11 @@ func TestStatusJSONContract(t *testing.T) {
 			State   string   `json:"state"`
 			Roles   []string `json:"roles"`
 		} `json:"nodes"`
+		Degraded []struct {
+			Kind    string `json:"kind"`
+			Subject string `json:"subject"`
+			Message string `json:"message"`
+		} `json:"degraded"`
 	}
 	dec := json.NewDecoder(&buf)
 	dec.DisallowUnknownFields()
@@ -102,6 +118,9 @@ func TestStatusJSONContract(t *testing.T) {
 	}
 	if got.Leader != 2 || len(got.Voters) != 3 || got.Voters[0] != 1 || got.Voters[2] != 3 {
 		t.Fatalf("leader/voters = %d %v", got.Leader, got.Voters)
+	}
+	if len(got.Degraded) != 3 || got.Degraded[0].Kind != "node_dead" || got.Degraded[0].Subject != "node 3" {
+		t.Fatalf("degraded = %+v", got.Degraded)
 	}
 	states := map[string]bool{"alive": true, "suspect": true, "dead": true, "decommissioned": true}
 	for i, n := range got.Nodes {
@@ -115,5 +134,27 @@ func TestStatusJSONContract(t *testing.T) {
 	// The printers must not reorder the caller's view.
 	if fiveNodes.Nodes[0].ID != 4 || fiveNodes.Voters[0] != 3 {
 		t.Fatal("printing sorted the caller's slices")
+	}
+}
+
+// TestStatusDegradedLines checks the degraded part of `arbor status`: one
+// line "degraded: none" when all is well, else one problem a line after
+// the summary and before the node table.
+func TestStatusDegradedLines(t *testing.T) {
+	var healthy bytes.Buffer
+	if err := writeStatus(&healthy, ClusterView{Leader: 1, Voters: []uint64{1}, Nodes: []NodeView{{ID: 1, State: NodeAlive}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(healthy.String(), "\ndegraded: none\n\nID") {
+		t.Fatalf("healthy status:\n%s", healthy.String())
+	}
+	var sick bytes.Buffer
+	if err := writeStatus(&sick, fiveNodes); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(sick.String(), "\n")
+	i := slices.Index(lines, "degraded:")
+	if i != 3 || len(lines) < i+5 || lines[i+1] != "  node 3: "+fiveNodes.Degraded[0].Message || lines[i+4] != "" {
+		t.Fatalf("degraded status:\n%s", sick.String())
 	}
 }

@@ -39,7 +39,7 @@ func ComputeDegraded(o Overview) []Problem {
 		}
 	}
 	if o.Directory.Error == "" && o.Directory.Leader == 0 {
-		msg := "the directory group has no leader (no quorum?): placement, failure detection and metadata changes are stalled"
+		msg := "no leader (no quorum?): failure detection, placement and metadata changes wait for one"
 		if o.Directory.Stale && o.Directory.AnsweredBy != 0 {
 			msg += fmt.Sprintf("; this is node %d's possibly stale view", o.Directory.AnsweredBy)
 		}
@@ -52,9 +52,9 @@ func ComputeDegraded(o Overview) []Problem {
 		}
 		switch n.State {
 		case StateDead:
-			add(KindNodeDead, nodeName(n.ID), "node %d (%s) is dead%s; its data is re-replicated elsewhere", n.ID, dash(n.Address), since)
+			add(KindNodeDead, nodeName(n.ID), "dead%s (%s); its data is re-replicated elsewhere", since, dash(n.Address))
 		case StateSuspect:
-			add(KindNodeSuspect, nodeName(n.ID), "node %d (%s) missed heartbeats%s and is suspected", n.ID, dash(n.Address), since)
+			add(KindNodeSuspect, nodeName(n.ID), "suspect%s (%s): its heartbeats are late", since, dash(n.Address))
 		}
 	}
 	states := nodeStates(o.Nodes)
@@ -76,11 +76,11 @@ func ComputeDegraded(o Overview) []Problem {
 			}
 		}
 		if short > 0 {
-			add(KindTractsUnderReplicated, "tlt", "%d of %d TLT rows keep a replica on a server that is down (%s): their tracts have fewer copies until it is replaced",
+			add(KindTractsUnderReplicated, "tlt", "%d of %d rows keep a replica on a server that is down (%s): their tracts have fewer copies until it is replaced",
 				short, len(o.TLT.Rows), strings.Join(downNames, ", "))
 		}
 		if o.TLT.RowsCatchingUp > 0 {
-			add(KindRecovery, "tlt", "%d of %d TLT rows catching up, %s copied so far", o.TLT.RowsCatchingUp, len(o.TLT.Rows), HumanBytes(int64(o.TLT.RecoveredBytes)))
+			add(KindRecovery, "tlt", "%d of %d rows catching up, %s copied so far", o.TLT.RowsCatchingUp, len(o.TLT.Rows), HumanBytes(int64(o.TLT.RecoveredBytes)))
 		}
 	}
 	for _, e := range o.Extents.Extents {
@@ -96,9 +96,9 @@ func ComputeDegraded(o Overview) []Problem {
 		subject := "table " + strconv.FormatUint(t.Table, 10)
 		switch st, known := states[t.Owner]; {
 		case t.Owner == 0:
-			add(KindTableNoOwner, subject, "file system %d range [%s, %s) has no metadata server", t.FileSystem, t.Lo, t.Hi)
+			add(KindTableNoOwner, subject, "no metadata server serves it (file system %d, range [%s, %s))", t.FileSystem, t.Lo, t.Hi)
 		case known && (st == StateDead || st == StateDecommissioned):
-			add(KindTableNoOwner, subject, "file system %d range [%s, %s): owner node %d is %s", t.FileSystem, t.Lo, t.Hi, t.Owner, st)
+			add(KindTableNoOwner, subject, "its owner, node %d, is %s (file system %d, range [%s, %s))", t.Owner, st, t.FileSystem, t.Lo, t.Hi)
 		}
 	}
 	return out

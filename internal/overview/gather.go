@@ -82,6 +82,7 @@ func (g *Gatherer) Gather(ctx context.Context) (Overview, error) {
 	}
 	dir := g.cluster.Directory()
 	var stats map[uint64]*dpb.MemberStats
+	var dirErr error
 	var wg sync.WaitGroup
 	section := func(fn func(ctx context.Context)) {
 		wg.Add(1)
@@ -93,7 +94,7 @@ func (g *Gatherer) Gather(ctx context.Context) (Overview, error) {
 		}()
 	}
 	section(func(ctx context.Context) {
-		o.Directory, o.Nodes = gatherDirectory(ctx, dir)
+		o.Directory, o.Nodes, dirErr = gatherDirectory(ctx, dir)
 	})
 	section(func(ctx context.Context) {
 		resp, err := dir.GetMemberStats(ctx, &dpb.GetMemberStatsRequest{})
@@ -134,8 +135,8 @@ func (g *Gatherer) Gather(ctx context.Context) (Overview, error) {
 	o.Recovery = ComputeRecovery(o)
 	o.Degraded = ComputeDegraded(o)
 	o.TookMs = time.Since(start).Milliseconds()
-	if o.Directory.Error != "" && len(o.Nodes) == 0 {
-		return o, fmt.Errorf("overview: %s", o.Directory.Error)
+	if dirErr != nil {
+		return o, fmt.Errorf("overview: %w", dirErr)
 	}
 	return o, nil
 }
@@ -143,13 +144,14 @@ func (g *Gatherer) Gather(ctx context.Context) (Overview, error) {
 // gatherDirectory asks for the leader's linearizable view; if no leader
 // answers (no quorum), it falls back to the possibly stale view of
 // whichever member answers, and says so.
-func gatherDirectory(ctx context.Context, dir *directory.Client) (Directory, []Node) {
+func gatherDirectory(ctx context.Context, dir *directory.Client) (Directory, []Node, error) {
 	st, err := dir.Status(ctx, &dpb.StatusRequest{})
 	stale := false
 	if err != nil {
 		local, lerr := dir.Status(ctx, &dpb.StatusRequest{Local: true})
 		if lerr != nil {
-			return Directory{Error: fmt.Sprintf("directory status: %v", err)}, nil
+			err = fmt.Errorf("directory status: %w", err)
+			return Directory{Error: err.Error()}, nil, err
 		}
 		st, stale = local, true
 	}
@@ -174,7 +176,7 @@ func gatherDirectory(ctx context.Context, dir *directory.Client) (Directory, []N
 		}
 		nodes = append(nodes, v)
 	}
-	return d, nodes
+	return d, nodes, nil
 }
 
 func gatherTables(ctx context.Context, c *client.Cluster) TableSection {
