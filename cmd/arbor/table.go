@@ -13,10 +13,8 @@ import (
 	"github.com/arbor-storage/arbor/internal/overview"
 )
 
-// tableList is what `arbor table list --json` prints (computed by
-// internal/overview, which the dashboard shares).
-type tableList = overview.TableList
-
+// newTableList computes what `arbor table list --json` prints: the tables
+// and their balance (internal/overview, which the dashboard shares).
 var newTableList = overview.NewTableList
 
 func newTableCmd(a *app) *cobra.Command {
