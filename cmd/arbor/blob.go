@@ -16,38 +16,40 @@ import (
 	"github.com/arbor-storage/arbor/internal/tract"
 )
 
-// defaultTransferTimeout bounds a blob transfer; long transfers pass a
-// longer --timeout.
-const defaultTransferTimeout = time.Hour
-
 // tractClients are a command's connections to the directory and the tract
 // store.
 type tractClients struct {
-	dir   *directory.Client
-	tract *tract.Client
+	dir    *directory.Client
+	tract  *tract.Client
+	cancel context.CancelFunc
 }
 
 func (c *tractClients) Close() {
 	c.tract.Close()
 	c.dir.Close()
+	c.cancel()
 }
 
-// dialTract connects to the cluster's directory and tract store.
-func (a *app) dialTract(cf *clusterFlags) (*tractClients, error) {
-	target, err := cf.resolve(a.getenv)
+// dialTract connects to the cluster's directory and tract store. The
+// context it returns bounds the command's waits on the cluster
+// (--timeout, policy.go); it ends with Close.
+func (a *app) dialTract(ctx context.Context, cf *clusterFlags) (context.Context, *tractClients, error) {
+	target, ctx, cancel, err := cf.connect(ctx, a.getenv)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	dir, err := directory.Dial(target.Addrs, target.DialOptions()...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to the directory: %w", err)
+		cancel()
+		return nil, nil, fmt.Errorf("connect to the directory: %w", err)
 	}
 	tc, err := tract.NewClient(tract.ClientConfig{Directory: dir, DialOptions: target.DialOptions(), Logger: a.logger})
 	if err != nil {
 		dir.Close()
-		return nil, err
+		cancel()
+		return nil, nil, err
 	}
-	return &tractClients{dir: dir, tract: tc}, nil
+	return ctx, &tractClients{dir: dir, tract: tc, cancel: cancel}, nil
 }
 
 func newBlobCmd(a *app) *cobra.Command {
@@ -70,24 +72,15 @@ spread over every disk of the cluster and replicated (FDS).
 // transferFlags are the flags of put and get.
 type transferFlags struct {
 	cf       clusterFlags
-	timeout  time.Duration
 	progress string
 }
 
 func (f *transferFlags) register(cmd *cobra.Command) {
 	f.cf.register(cmd)
-	f.timeout = defaultTransferTimeout
-	cmd.Flags().DurationVar(&f.timeout, "timeout", f.timeout, "give up after this long")
 	cmd.Flags().StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (on a terminal), always or never")
 }
 
-func (f *transferFlags) mode() (progressMode, error) {
-	switch f.progress {
-	case "auto", "always", "never":
-		return progressMode(f.progress), nil
-	}
-	return "", fmt.Errorf("--progress %q: want auto, always or never", f.progress)
-}
+func (f *transferFlags) mode() (progressMode, error) { return parseProgressMode(f.progress) }
 
 func newBlobPutCmd(a *app) *cobra.Command {
 	var f transferFlags
@@ -120,9 +113,7 @@ func newBlobPutCmd(a *app) *cobra.Command {
 			if !info.Mode().IsRegular() {
 				return fmt.Errorf("%s is not a regular file", args[0])
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-			defer cancel()
-			c, err := a.dialTract(&f.cf)
+			ctx, c, err := a.dialTract(cmd.Context(), &f.cf)
 			if err != nil {
 				return err
 			}
@@ -171,6 +162,7 @@ func putFile(ctx context.Context, c *tract.Client, g tract.GUID, replication int
 		if err := b.WriteTract(ctx, i, buf); err != nil {
 			return fmt.Errorf("write tract %d: %w", i, err)
 		}
+		stepDone(ctx)
 		bar.Add(int64(len(buf)))
 		return nil
 	})
@@ -232,9 +224,7 @@ temporary file beside it, then renamed): a failed get leaves nothing behind.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-			defer cancel()
-			c, err := a.dialTract(&f.cf)
+			ctx, c, err := a.dialTract(cmd.Context(), &f.cf)
 			if err != nil {
 				return err
 			}
@@ -301,6 +291,7 @@ func streamBlob(ctx context.Context, c *tract.Client, g tract.GUID, w io.Writer,
 			if err != nil {
 				return fmt.Errorf("read tract %d: %w", i, err)
 			}
+			stepDone(ctx)
 			if _, err := w.Write(data); err != nil {
 				return err
 			}
@@ -328,6 +319,7 @@ func getFile(ctx context.Context, c *tract.Client, g tract.GUID, out *os.File, m
 			if err != nil {
 				return fmt.Errorf("read tract %d: %w", i, err)
 			}
+			stepDone(ctx)
 			off := int64(i) * int64(ts)
 			if _, err := out.WriteAt(data, off); err != nil {
 				return err
@@ -350,7 +342,6 @@ func getFile(ctx context.Context, c *tract.Client, g tract.GUID, out *os.File, m
 func newBlobStatCmd(a *app) *cobra.Command {
 	var cf clusterFlags
 	var asJSON bool
-	timeout := time.Minute
 	cmd := &cobra.Command{
 		Use:   "stat ID",
 		Short: "Show a blob's length, size and replication",
@@ -360,9 +351,7 @@ func newBlobStatCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			c, err := a.dialTract(&cf)
+			ctx, c, err := a.dialTract(cmd.Context(), &cf)
 			if err != nil {
 				return err
 			}
@@ -382,7 +371,6 @@ func newBlobStatCmd(a *app) *cobra.Command {
 	}
 	cf.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "give up after this long")
 	return cmd
 }
 
@@ -423,7 +411,6 @@ func statBlob(ctx context.Context, c *tract.Client, g tract.GUID) (BlobStat, err
 
 func newBlobRmCmd(a *app) *cobra.Command {
 	var cf clusterFlags
-	timeout := time.Minute
 	cmd := &cobra.Command{
 		Use:   "rm ID",
 		Short: "Delete a blob (its tracts are reclaimed by the scrubbers)",
@@ -433,9 +420,7 @@ func newBlobRmCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			c, err := a.dialTract(&cf)
+			ctx, c, err := a.dialTract(cmd.Context(), &cf)
 			if err != nil {
 				return err
 			}
@@ -447,7 +432,6 @@ func newBlobRmCmd(a *app) *cobra.Command {
 		},
 	}
 	cf.register(cmd)
-	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "give up after this long")
 	return cmd
 }
 
@@ -472,15 +456,14 @@ same version and with data that matches its checksum. Exits 0 only if so.`,
 				}
 				blobs = append(blobs, g)
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-			defer cancel()
-			c, err := a.dialTract(&f.cf)
+			ctx, c, err := a.dialTract(cmd.Context(), &f.cf)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
 			bar := newProgress(a.stderr, mode, "verify", 0, false)
 			rep, err := c.tract.Verify(ctx, tract.VerifyOptions{Blobs: blobs, Progress: func(done, total int) {
+				stepDone(ctx)
 				bar.Set(int64(done), int64(total), "rows")
 			}})
 			bar.Finish()

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -21,12 +23,32 @@ type clusterFlags struct {
 	addrs     string
 	dir       string
 	clusterID string
+	// timeout is --timeout: how long to wait for the cluster to answer
+	// one step (policy.go).
+	timeout time.Duration
 }
 
 func (f *clusterFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.addrs, "cluster", "", "directory addresses host:port,... (default $"+clusterEnv+")")
 	cmd.Flags().StringVar(&f.dir, "dir", "", "an arbor dev directory: read the addresses from DIR/"+devcluster.ClusterFileName)
 	cmd.Flags().StringVar(&f.clusterID, "cluster-id", "", "refuse to talk to nodes of any other cluster (default: from --dir, else unchecked)")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", defaultTimeout, timeoutUsage)
+}
+
+// connect finds the cluster (resolve), probes its addresses
+// (probeCluster) and returns the context that bounds the command's waits
+// on it by --timeout (withStallTimeout).
+func (f *clusterFlags) connect(ctx context.Context, getenv func(string) string) (clusterTarget, context.Context, context.CancelFunc, error) {
+	target, err := f.resolve(getenv)
+	if err != nil {
+		return target, nil, nil, err
+	}
+	ctx, cancel := withStallTimeout(ctx, f.timeout)
+	if err := probeCluster(ctx, target.Addrs); err != nil {
+		cancel()
+		return target, nil, nil, err
+	}
+	return target, ctx, cancel, nil
 }
 
 // clusterTarget is a cluster a client command talks to.

@@ -39,7 +39,7 @@ type faultTargets struct {
 }
 
 func newDebugFaultsCmd(a *app) *cobra.Command {
-	ft := &faultTargets{timeout: defaultClientTimeout}
+	ft := &faultTargets{timeout: defaultTimeout}
 	cmd := &cobra.Command{
 		Use:   "faults",
 		Short: "Read or change nodes' fault injection and partitions at run time",
@@ -58,7 +58,7 @@ of an arbor dev cluster).
 	fl.StringVar(&ft.dir, "dir", "", "an arbor dev directory: act on all its nodes")
 	fl.StringVar(&ft.clusterID, "cluster-id", "", "cluster id to present (default: from --dir)")
 	fl.BoolVar(&ft.asJSON, "json", false, "print JSON")
-	fl.DurationVar(&ft.timeout, "timeout", ft.timeout, "give up after this long")
+	fl.DurationVar(&ft.timeout, "timeout", ft.timeout, timeoutUsage)
 
 	run := func(req func(args []string) (*faultspb.SetFaultsRequest, error)) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {

@@ -63,17 +63,15 @@ func newExtentCmd(a *app) *cobra.Command {
 	}
 	var lcf clusterFlags
 	var asJSON bool
-	ltimeout := defaultClientTimeout
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List every extent: replicas, replication, leader, epoch",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			target, err := lcf.resolve(a.getenv)
+			target, ctx, cancel, err := lcf.connect(cmd.Context(), a.getenv)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), ltimeout)
 			defer cancel()
 			views, err := fetchExtentViews(ctx, target)
 			if err != nil {
@@ -87,11 +85,9 @@ func newExtentCmd(a *app) *cobra.Command {
 	}
 	lcf.register(list)
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON: [{\"id\", \"replicas\", \"replication\", \"leader\", \"epoch\"}...]")
-	list.Flags().DurationVar(&ltimeout, "timeout", ltimeout, "give up after this long")
 
 	var scf clusterFlags
 	var showJSON bool
-	stimeout := defaultClientTimeout
 	show := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one extent: replicas, leader, epoch, geometry, pages used, pending transactions",
@@ -101,11 +97,10 @@ func newExtentCmd(a *app) *cobra.Command {
 			if err != nil || id == 0 {
 				return fmt.Errorf("extent id %q is not a positive integer", args[0])
 			}
-			target, err := scf.resolve(a.getenv)
+			target, ctx, cancel, err := scf.connect(cmd.Context(), a.getenv)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), stimeout)
 			defer cancel()
 			d, err := fetchExtentDetail(ctx, target, id)
 			if err != nil {
@@ -119,7 +114,6 @@ func newExtentCmd(a *app) *cobra.Command {
 	}
 	scf.register(show)
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
-	show.Flags().DurationVar(&stimeout, "timeout", stimeout, "give up after this long")
 	cmd.AddCommand(list, show)
 	return cmd
 }

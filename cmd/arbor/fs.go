@@ -13,6 +13,8 @@ import (
 	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/fs"
+	mpb "github.com/arbor-storage/arbor/internal/meta/metapb"
 )
 
 // The file-system commands are clients of the metadata servers (through
@@ -21,9 +23,6 @@ import (
 // Every file system's metadata lives in the cluster's one B-tree (the KV
 // store's, internal/kv), under keys whose first byte is in 0x14..0x1c: the
 // kv commands refuse those.
-
-// fsOpTimeout bounds a file-system command that is not a mount or fsck.
-const fsOpTimeout = 2 * time.Minute
 
 // dialCluster connects to the cluster a command targets.
 func dialCluster(target clusterTarget, logger *slog.Logger) (*client.Cluster, error) {
@@ -41,19 +40,14 @@ func createFS(ctx context.Context, c *client.Cluster, name string) (*dpb.FileSys
 	return f, created, err
 }
 
-// fsCommand runs fn with a connection to the cluster, bounded by timeout
-// (0: none).
-func (a *app) fsCommand(cmd *cobra.Command, cf *clusterFlags, timeout time.Duration, fn func(ctx context.Context, c *client.Cluster) error) error {
-	target, err := cf.resolve(a.getenv)
+// fsCommand runs fn with a connection to the cluster, its waits bounded
+// by --timeout (policy.go).
+func (a *app) fsCommand(cmd *cobra.Command, cf *clusterFlags, fn func(ctx context.Context, c *client.Cluster) error) error {
+	target, ctx, cancel, err := cf.connect(cmd.Context(), a.getenv)
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
+	defer cancel()
 	c, err := dialCluster(target, a.logger)
 	if err != nil {
 		return err
@@ -77,7 +71,7 @@ store. Mount one with arbor mount.`,
 		Short: "Create a file system",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fsCommand(cmd, &createF, fsOpTimeout, func(ctx context.Context, c *client.Cluster) error {
+			return a.fsCommand(cmd, &createF, func(ctx context.Context, c *client.Cluster) error {
 				f, created, err := createFS(ctx, c, args[0])
 				if err != nil {
 					return err
@@ -96,11 +90,10 @@ store. Mount one with arbor mount.`,
 		Short: "List the file systems",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			target, err := listF.resolve(a.getenv)
+			target, ctx, cancel, err := listF.connect(cmd.Context(), a.getenv)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), fsOpTimeout)
 			defer cancel()
 			dir, err := directory.Dial(target.Addrs, target.DialOptions()...)
 			if err != nil {
@@ -148,12 +141,16 @@ store. Mount one with arbor mount.`,
 and its directory record. It must not be mounted.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fsCommand(cmd, &deleteF, 0, func(ctx context.Context, c *client.Cluster) error {
+			return a.fsCommand(cmd, &deleteF, func(ctx context.Context, c *client.Cluster) error {
 				f, err := c.FileSystem(ctx, args[0])
 				if err != nil {
 					return err
 				}
-				st, err := c.Meta().DeleteFileSystem(ctx, f.GetName())
+				var st *mpb.DeleteFileSystemResponse
+				err = longJob(ctx, func() (err error) {
+					st, err = c.Meta().DeleteFileSystem(ctx, f.GetName())
+					return err
+				})
 				if err != nil {
 					return fmt.Errorf("delete file system %q: %w", f.GetName(), err)
 				}
@@ -180,7 +177,7 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 		Short: "Take a snapshot of a file system",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fsCommand(cmd, &createF, fsOpTimeout, func(ctx context.Context, c *client.Cluster) error {
+			return a.fsCommand(cmd, &createF, func(ctx context.Context, c *client.Cluster) error {
 				f, err := c.FileSystem(ctx, args[0])
 				if err != nil {
 					return err
@@ -203,7 +200,7 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 		Short: "List the snapshots of a file system",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fsCommand(cmd, &listF, fsOpTimeout, func(ctx context.Context, c *client.Cluster) error {
+			return a.fsCommand(cmd, &listF, func(ctx context.Context, c *client.Cluster) error {
 				f, err := c.FileSystem(ctx, args[0])
 				if err != nil {
 					return err
@@ -223,7 +220,7 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 		Short: "Delete a snapshot and reclaim what only it held",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fsCommand(cmd, &deleteF, 0, func(ctx context.Context, c *client.Cluster) error {
+			return a.fsCommand(cmd, &deleteF, func(ctx context.Context, c *client.Cluster) error {
 				f, err := c.FileSystem(ctx, args[0])
 				if err != nil {
 					return err
@@ -232,7 +229,11 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 				if err != nil {
 					return err
 				}
-				st, err := c.Meta().DeleteSnapshot(ctx, f.GetNumber(), sn.GetNumber())
+				var st *mpb.DeleteSnapshotResponse
+				err = longJob(ctx, func() (err error) {
+					st, err = c.Meta().DeleteSnapshot(ctx, f.GetNumber(), sn.GetNumber())
+					return err
+				})
 				if err != nil {
 					return fmt.Errorf("delete snapshot %q: %w", args[1], err)
 				}
@@ -260,12 +261,16 @@ with status 1 if it found a problem. Run it on a quiet file system: changes
 made during the check may show as problems.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fsCommand(cmd, &cf, 0, func(ctx context.Context, c *client.Cluster) error {
+			return a.fsCommand(cmd, &cf, func(ctx context.Context, c *client.Cluster) error {
 				f, err := c.FileSystem(ctx, args[0])
 				if err != nil {
 					return err
 				}
-				r, err := c.Meta().Check(ctx, f.GetNumber(), data)
+				var r *fs.CheckReport
+				err = longJob(ctx, func() (err error) {
+					r, err = c.Meta().Check(ctx, f.GetNumber(), data)
+					return err
+				})
 				if err != nil {
 					return fmt.Errorf("check %q: %w", args[0], err)
 				}

@@ -46,24 +46,26 @@ const (
 	maxBulkParallel = 64
 	// maxTxnInputBytes bounds what `kv txn` reads.
 	maxTxnInputBytes = 1 << 20
-	// kvOpTimeout is the default deadline of one get, put, del or txn.
-	kvOpTimeout = 30 * time.Second
 )
 
-func newKVCmd(a *app) *cobra.Command { return newKVCmdWith(a, openClusterKV) }
+func newKVCmd(a *app) *cobra.Command {
+	return newKVCmdWith(a, func(ctx context.Context, target clusterTarget, logger *slog.Logger) (*btree.Tree, func() error, error) {
+		if err := probeCluster(ctx, target.Addrs); err != nil {
+			return nil, nil, err
+		}
+		return openClusterKV(ctx, target, logger)
+	})
+}
 
 // kvFlags are what every kv command takes.
 type kvFlags struct {
 	cluster clusterFlags
 	hex     bool
-	timeout time.Duration
 }
 
-func (f *kvFlags) register(cmd *cobra.Command, timeout time.Duration) {
+func (f *kvFlags) register(cmd *cobra.Command) {
 	f.cluster.register(cmd)
-	f.timeout = timeout
 	cmd.Flags().BoolVar(&f.hex, "hex", false, "keys and values are hex-encoded, in arguments, input and output (for binary data)")
-	cmd.Flags().DurationVar(&f.timeout, "timeout", timeout, "give up after this long (0: never)")
 }
 
 // decode turns a key or value as given into bytes. A key in the file
@@ -130,12 +132,9 @@ without it). The empty key is refused.`,
 		if err != nil {
 			return err
 		}
-		ctx := cmd.Context()
-		if f.timeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, f.timeout)
-			defer cancel()
-		}
+		// The bound on waiting for the cluster (policy.go).
+		ctx, cancel := withStallTimeout(cmd.Context(), f.cluster.timeout)
+		defer cancel()
 		tr, closeTree, err := open(ctx, target, a.logger)
 		if err != nil {
 			return fmt.Errorf("open the key-value store: %w", err)
@@ -167,11 +166,12 @@ without it). The empty key is refused.`,
 			})
 		},
 	}
-	getF.register(get, kvOpTimeout)
+	getF.register(get)
 
 	var putF kvFlags
 	var stdin bool
 	var parallel int
+	var progressFlag string
 	put := &cobra.Command{
 		Use:   "put KEY VALUE | put --stdin",
 		Short: "Set KEY to VALUE, or load KEY<TAB>VALUE lines from standard input",
@@ -205,6 +205,10 @@ bad; then the pairs are written in transactions of 15 consecutive lines,
 			if parallel < 1 || parallel > maxBulkParallel {
 				return fmt.Errorf("--parallel %d outside [1, %d]", parallel, maxBulkParallel)
 			}
+			mode, err := parseProgressMode(progressFlag)
+			if err != nil {
+				return err
+			}
 			pairs, err := readPairs(cmd.InOrStdin(), &putF)
 			if err != nil {
 				return err
@@ -214,7 +218,10 @@ bad; then the pairs are written in transactions of 15 consecutive lines,
 					return err
 				}
 				start := time.Now()
-				if err := bulkLoad(ctx, tr, pairs, parallel); err != nil {
+				bar := newProgress(a.stderr, mode, "put", int64(len(pairs)), false)
+				err := bulkLoad(ctx, tr, pairs, parallel, bar)
+				bar.Finish()
+				if err != nil {
 					return err
 				}
 				d := time.Since(start)
@@ -223,14 +230,10 @@ bad; then the pairs are written in transactions of 15 consecutive lines,
 			})
 		},
 	}
-	putF.register(put, kvOpTimeout)
-	put.Flags().BoolVar(&stdin, "stdin", false, "read KEY<TAB>VALUE lines from standard input (the default timeout is then none)")
+	putF.register(put)
+	put.Flags().BoolVar(&stdin, "stdin", false, "read KEY<TAB>VALUE lines from standard input")
 	put.Flags().IntVar(&parallel, "parallel", 4, "transactions in flight at once with --stdin")
-	put.PreRun = func(cmd *cobra.Command, _ []string) {
-		if stdin && !cmd.Flags().Changed("timeout") {
-			putF.timeout = 0
-		}
-	}
+	put.Flags().StringVar(&progressFlag, "progress", "auto", "with --stdin, a progress bar on stderr: auto (on a terminal), always or never")
 
 	var delF kvFlags
 	del := &cobra.Command{
@@ -270,7 +273,7 @@ bad; then the pairs are written in transactions of 15 consecutive lines,
 			})
 		},
 	}
-	delF.register(del, kvOpTimeout)
+	delF.register(del)
 
 	var scanF kvFlags
 	var limit int
@@ -304,6 +307,7 @@ the scan as a whole is not one atomic snapshot.`,
 					if limit > 0 && n == limit {
 						return errLimit
 					}
+					stepDone(ctx)
 					n++
 					_, err := fmt.Fprintf(w, "%s\t%s\n", scanF.encode(k), scanF.encode(v))
 					return err
@@ -316,7 +320,7 @@ the scan as a whole is not one atomic snapshot.`,
 			})
 		},
 	}
-	scanF.register(scan, 0)
+	scanF.register(scan)
 	scan.Flags().IntVar(&limit, "limit", 0, "print at most this many pairs (0: all)")
 
 	var txnF kvFlags
@@ -379,7 +383,7 @@ is refused before anything runs.`,
 			})
 		},
 	}
-	txnF.register(txn, kvOpTimeout)
+	txnF.register(txn)
 
 	var checkF kvFlags
 	var checkJSON bool
@@ -396,7 +400,13 @@ Run it while nobody writes: its reads are not one snapshot.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return run(cmd, &checkF, func(ctx context.Context, tr *btree.Tree) error {
-				rep, err := tr.Check(ctx)
+				// Checking walks the whole tree without telling how far it
+				// got: a long job (policy.go).
+				var rep *btree.CheckReport
+				err := longJob(ctx, func() (err error) {
+					rep, err = tr.Check(ctx)
+					return err
+				})
 				if err != nil {
 					return fmt.Errorf("check: %w", err)
 				}
@@ -414,7 +424,7 @@ Run it while nobody writes: its reads are not one snapshot.`,
 			})
 		},
 	}
-	checkF.register(check, 0)
+	checkF.register(check)
 	check.Flags().BoolVar(&checkJSON, "json", false, "print JSON")
 
 	cmd.AddCommand(get, put, del, scan, txn, check)
@@ -471,7 +481,10 @@ func checkPairs(tr *btree.Tree, pairs []btree.KV) error {
 // bulkLoad writes pairs in transactions of MaxTxnValues consecutive pairs,
 // parallel at a time. A batch waits until no earlier batch still in flight
 // holds one of its keys, so a key given twice ends with its last value.
-func bulkLoad(ctx context.Context, tr *btree.Tree, pairs []btree.KV, parallel int) error {
+//
+// Each batch written is an answer from the cluster (stepDone) and moves
+// bar by its pairs.
+func bulkLoad(ctx context.Context, tr *btree.Tree, pairs []btree.KV, parallel int, bar *progress) error {
 	var mu sync.Mutex
 	cond := sync.NewCond(&mu)
 	inFlight := map[string]int{}
@@ -521,6 +534,10 @@ func bulkLoad(ctx context.Context, tr *btree.Tree, pairs []btree.KV, parallel in
 			}
 			if err != nil && firstErr == nil {
 				firstErr = fmt.Errorf("pairs %d to %d: %w", lo+1, lo+len(batch), err)
+			}
+			if err == nil {
+				stepDone(ctx)
+				bar.Add(int64(len(batch)))
 			}
 			cond.Broadcast()
 			mu.Unlock()

@@ -50,10 +50,11 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		}
 	}()
 
-	root := newRootCmd(&app{stdout: stdout, stderr: stderr, getenv: getenv})
+	a := &app{stdout: stdout, stderr: stderr, getenv: getenv}
+	root := newRootCmd(a)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "arbor: %v\n", err)
+		a.reportError(err)
 		return 1
 	}
 	return 0

@@ -197,13 +197,13 @@ wrote and closed, another sees when it opens the file afterwards.`,
   arbor mount default /mnt/yesterday --snapshot yesterday --dir /tmp/arbor`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			target, err := cf.resolve(a.getenv)
+			ctx := cmd.Context()
+			// Mounting is the step --timeout bounds; serving is not.
+			target, octx, cancel, err := cf.connect(ctx, a.getenv)
 			if err != nil {
 				return err
 			}
 			opts.fsName, opts.dir = args[0], args[1]
-			ctx := cmd.Context()
-			octx, cancel := context.WithTimeout(ctx, fsOpTimeout)
 			m, err := mountFS(octx, target, opts, a.logger)
 			cancel()
 			if err != nil {

@@ -40,6 +40,15 @@ type progress struct {
 // progressMode is the --progress flag: auto (on a terminal), always, never.
 type progressMode string
 
+// parseProgressMode reads a --progress flag's value.
+func parseProgressMode(s string) (progressMode, error) {
+	switch s {
+	case "auto", "always", "never":
+		return progressMode(s), nil
+	}
+	return "", fmt.Errorf("--progress %q: want auto, always or never", s)
+}
+
 func (m progressMode) enabled(w io.Writer) bool {
 	switch m {
 	case "always":

@@ -33,10 +33,20 @@ func newRootCmd(a *app) *cobra.Command {
 		a.runServer = server.Run
 	}
 	if a.fetchView == nil {
-		a.fetchView = fetchClusterView
+		a.fetchView = func(ctx context.Context, t clusterTarget) (ClusterView, error) {
+			if err := probeCluster(ctx, t.Addrs); err != nil {
+				return ClusterView{}, err
+			}
+			return fetchClusterView(ctx, t)
+		}
 	}
 	if a.decommission == nil {
-		a.decommission = decommissionNode
+		a.decommission = func(ctx context.Context, t clusterTarget, id uint64) error {
+			if err := probeCluster(ctx, t.Addrs); err != nil {
+				return err
+			}
+			return decommissionNode(ctx, t, id)
+		}
 	}
 	root := &cobra.Command{
 		Use:   "arbor",

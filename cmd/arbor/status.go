@@ -9,13 +9,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// defaultClientTimeout bounds a client command's calls.
-const defaultClientTimeout = 10 * time.Second
-
 func newStatusCmd(a *app) *cobra.Command {
 	var cf clusterFlags
 	var asJSON bool
-	timeout := defaultClientTimeout
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the directory leader, voters and every node",
@@ -24,7 +20,7 @@ voters, and every node with its address, failure domain, state (alive,
 suspect, dead, decommissioned) and roles.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			view, err := a.clusterView(cmd.Context(), &cf, timeout)
+			view, err := a.clusterView(cmd.Context(), &cf, cf.timeout)
 			if err != nil {
 				return err
 			}
@@ -36,20 +32,18 @@ suspect, dead, decommissioned) and roles.`,
 	}
 	cf.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "give up after this long")
 	return cmd
 }
 
 func newNodesCmd(a *app) *cobra.Command {
 	var cf clusterFlags
 	var asJSON bool
-	timeout := defaultClientTimeout
 	cmd := &cobra.Command{
 		Use:   "nodes",
 		Short: "List the cluster's nodes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			view, err := a.clusterView(cmd.Context(), &cf, timeout)
+			view, err := a.clusterView(cmd.Context(), &cf, cf.timeout)
 			if err != nil {
 				return err
 			}
@@ -61,10 +55,8 @@ func newNodesCmd(a *app) *cobra.Command {
 	}
 	cf.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "give up after this long")
 
 	var dcf clusterFlags
-	dtimeout := defaultClientTimeout
 	decommission := &cobra.Command{
 		Use:   "decommission ID",
 		Short: "Take a node out of the cluster for good",
@@ -78,7 +70,7 @@ func newNodesCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), dtimeout)
+			ctx, cancel := withStallTimeout(cmd.Context(), dcf.timeout)
 			defer cancel()
 			if err := a.decommission(ctx, target, id); err != nil {
 				return fmt.Errorf("decommission node %d: %w", id, err)
@@ -88,7 +80,6 @@ func newNodesCmd(a *app) *cobra.Command {
 		},
 	}
 	dcf.register(decommission)
-	decommission.Flags().DurationVar(&dtimeout, "timeout", dtimeout, "give up after this long")
 	cmd.AddCommand(decommission)
 	return cmd
 }
@@ -99,7 +90,7 @@ func (a *app) clusterView(ctx context.Context, cf *clusterFlags, timeout time.Du
 	if err != nil {
 		return ClusterView{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := withStallTimeout(ctx, timeout)
 	defer cancel()
 	view, err := a.fetchView(ctx, target)
 	if err != nil {

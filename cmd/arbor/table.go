@@ -35,7 +35,7 @@ ones split on their own.`,
 		Short: "List the tables: file system, range, owner, epoch, inodes, recent load",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.fsCommand(cmd, &listF, fsOpTimeout, func(ctx context.Context, c *client.Cluster) error {
+			return a.fsCommand(cmd, &listF, func(ctx context.Context, c *client.Cluster) error {
 				var f uint64
 				if fsName != "" {
 					rec, err := c.FileSystem(ctx, fsName)
@@ -93,7 +93,7 @@ ones split on their own.`,
 			if err != nil || node == 0 {
 				return fmt.Errorf("node %q: want a node id (arbor nodes shows them)", args[1])
 			}
-			return a.fsCommand(cmd, &moveF, fsOpTimeout, func(ctx context.Context, c *client.Cluster) error {
+			return a.fsCommand(cmd, &moveF, func(ctx context.Context, c *client.Cluster) error {
 				epoch, err := c.Meta().MoveTable(ctx, id, node)
 				if err != nil {
 					return fmt.Errorf("move table %d to node %d: %w", id, node, err)
@@ -119,7 +119,7 @@ ones split on their own.`,
 					return fmt.Errorf("directory id %q: want a non-zero number (0x... for hex)", args[1])
 				}
 			}
-			return a.fsCommand(cmd, &splitF, fsOpTimeout, func(ctx context.Context, c *client.Cluster) error {
+			return a.fsCommand(cmd, &splitF, func(ctx context.Context, c *client.Cluster) error {
 				nt, start, err := c.Meta().SplitTable(ctx, id, at)
 				if err != nil {
 					return fmt.Errorf("split table %d: %w", id, err)

@@ -33,9 +33,7 @@ finished.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-			defer cancel()
-			c, err := a.dialTract(&f.cf)
+			ctx, c, err := a.dialTract(cmd.Context(), &f.cf)
 			if err != nil {
 				return err
 			}
@@ -56,10 +54,8 @@ finished.`,
 		},
 	}
 	f.register(cmd)
-	f.timeout = defaultClientTimeout
-	cmd.Flags().Lookup("timeout").DefValue = defaultClientTimeout.String()
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every row is in sync (raise --timeout for long recoveries)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every row is in sync, as long as the cluster answers (--timeout bounds each poll)")
 	cmd.Flags().BoolVar(&noRows, "no-rows", false, "print the summary and the tractservers, not every row")
 	return cmd
 }
@@ -92,6 +88,7 @@ func waitInSync(ctx context.Context, c *tractClients, bar *progress) (TLTView, e
 	for {
 		v, err := fetchTLTView(ctx, c)
 		if err == nil {
+			stepDone(ctx) // an answer: recovery may take longer than --timeout
 			if first {
 				startBytes, first = v.RecoveredBytes, false
 			}
