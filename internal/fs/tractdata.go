@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/arbor-storage/arbor/internal/tract"
-	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
 )
 
 // TractData adapts the tract store's client (internal/tract, FDS §2.1) to
@@ -47,7 +46,7 @@ func tractErr(op string, g GUID, err error) error {
 	if err == nil {
 		return nil
 	}
-	if tract.CodeOf(err) == tpb.ErrorCode_BLOB_NOT_FOUND {
+	if errors.Is(err, tract.ErrBlobNotFound) {
 		return fmt.Errorf("%s %s: %w", op, g, errors.Join(ErrBlobNotFound, err))
 	}
 	return fmt.Errorf("%s %s: %w", op, g, err)
@@ -87,7 +86,7 @@ func (d *TractData) blob(ctx context.Context, g GUID) (*tract.Blob, error) {
 // CreateBlob implements DataStore.
 func (d *TractData) CreateBlob(ctx context.Context, g GUID) error {
 	b, err := d.c.CreateBlob(ctx, tract.GUID(g), d.replication)
-	if tract.CodeOf(err) == tpb.ErrorCode_BLOB_EXISTS {
+	if errors.Is(err, tract.ErrBlobExists) {
 		return nil
 	}
 	if err != nil {
@@ -100,7 +99,7 @@ func (d *TractData) CreateBlob(ctx context.Context, g GUID) error {
 // CreateSized implements BlobSizer.
 func (d *TractData) CreateSized(ctx context.Context, g GUID, n uint64) (uint64, error) {
 	b, err := d.c.CreateBlobSized(ctx, tract.GUID(g), d.replication, n)
-	if tract.CodeOf(err) == tpb.ErrorCode_BLOB_EXISTS {
+	if errors.Is(err, tract.ErrBlobExists) {
 		return d.Extend(ctx, g, n)
 	}
 	if err != nil {
@@ -116,7 +115,7 @@ var _ BlobSizer = (*TractData)(nil)
 func (d *TractData) DeleteBlob(ctx context.Context, g GUID) error {
 	d.forget(g)
 	err := d.c.DeleteBlob(ctx, tract.GUID(g))
-	if tract.CodeOf(err) == tpb.ErrorCode_BLOB_NOT_FOUND {
+	if errors.Is(err, tract.ErrBlobNotFound) {
 		return nil
 	}
 	return tractErr("delete blob", g, err)
@@ -131,7 +130,7 @@ func (d *TractData) withBlob(ctx context.Context, op string, g GUID, fn func(b *
 			return err
 		}
 		err = fn(b)
-		if err != nil && attempt == 0 && tract.CodeOf(err) == tpb.ErrorCode_BLOB_NOT_FOUND {
+		if err != nil && attempt == 0 && errors.Is(err, tract.ErrBlobNotFound) {
 			d.forget(g)
 			continue
 		}
@@ -183,7 +182,7 @@ func (d *TractData) TractLength(ctx context.Context, g GUID, i uint64) (int, err
 // BlobTracts implements DataStore.
 func (d *TractData) BlobTracts(ctx context.Context, g GUID) (uint64, bool, error) {
 	b, err := d.c.OpenBlob(ctx, tract.GUID(g))
-	if tract.CodeOf(err) == tpb.ErrorCode_BLOB_NOT_FOUND {
+	if errors.Is(err, tract.ErrBlobNotFound) {
 		return 0, false, nil
 	}
 	if err != nil {

@@ -255,7 +255,7 @@ func (c *Client) do(ctx context.Context, what string, attempt func(ctx context.C
 			return fmt.Errorf("tract: %s: %w (last error: %v)", what, ctx.Err(), last)
 		}
 		if !retryable(err) {
-			return err
+			return fromWire(err)
 		}
 		te, _ := ErrorOf(err)
 		quick := te != nil && te.Code == tpb.ErrorCode_STALE_TLT
@@ -638,7 +638,11 @@ func (c *Client) NodeStatus(ctx context.Context, node uint64, allRows bool) (*tp
 	}
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
-	return s.Status(actx, &tpb.StatusRequest{AllRows: allRows})
+	resp, err := s.Status(actx, &tpb.StatusRequest{AllRows: allRows})
+	if err != nil {
+		return nil, fmt.Errorf("tract: status of node %d: %w", node, fromWire(err))
+	}
+	return resp, nil
 }
 
 // ScrubNode runs a scrubber pass on every disk of a node now.
@@ -649,5 +653,9 @@ func (c *Client) ScrubNode(ctx context.Context, node uint64, verify bool) (*tpb.
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*c.cfg.AttemptTimeout)
 	defer cancel()
-	return s.Scrub(actx, &tpb.ScrubRequest{Disk: ^uint32(0), VerifyChecksums: verify})
+	resp, err := s.Scrub(actx, &tpb.ScrubRequest{Disk: ^uint32(0), VerifyChecksums: verify})
+	if err != nil {
+		return nil, fmt.Errorf("tract: scrub node %d: %w", node, fromWire(err))
+	}
+	return resp, nil
 }

@@ -36,6 +36,53 @@ func grpcCode(c tpb.ErrorCode) codes.Code {
 	return codes.Unknown
 }
 
+// Sentinel errors: the tract store's outcomes as errors.Is sees them.
+// Every *Error matches the sentinel of its code (Error.Is), and the client
+// turns a tractserver's gRPC status into an *Error once (fromWire), so the
+// layers above (internal/fs) test errors.Is(err, tract.ErrBlobNotFound)
+// and never look at a tractpb code or a gRPC status. CORRUPT maps to
+// ErrCorrupt (store.go), the error a disk's own checksum failure wraps.
+var (
+	// ErrInvalidArgument: the request was malformed or out of bounds.
+	ErrInvalidArgument = errors.New("tract: invalid argument")
+	// ErrBlobNotFound: the blob does not exist (or was deleted and
+	// created again since it was opened).
+	ErrBlobNotFound = errors.New("tract: blob not found")
+	// ErrBlobExists: a create named a blob that exists.
+	ErrBlobExists = errors.New("tract: blob exists")
+	// ErrPastEnd: a tract past the end of its blob.
+	ErrPastEnd = errors.New("tract: past the end of the blob")
+	// ErrUnavailable: the servers could not serve it now (the TLT moved,
+	// a replica failed or is catching up, a server is overloaded); the
+	// client retries these within its context before returning one.
+	ErrUnavailable = errors.New("tract: unavailable")
+	// ErrIO: a tractserver's disk failed.
+	ErrIO = errors.New("tract: I/O error")
+)
+
+// sentinelOf maps each wire code to its sentinel (nil for OK and codes it
+// does not know).
+func sentinelOf(c tpb.ErrorCode) error {
+	switch c {
+	case tpb.ErrorCode_INVALID_ARGUMENT:
+		return ErrInvalidArgument
+	case tpb.ErrorCode_BLOB_NOT_FOUND:
+		return ErrBlobNotFound
+	case tpb.ErrorCode_BLOB_EXISTS:
+		return ErrBlobExists
+	case tpb.ErrorCode_PAST_END:
+		return ErrPastEnd
+	case tpb.ErrorCode_CORRUPT:
+		return ErrCorrupt
+	case tpb.ErrorCode_STALE_TLT, tpb.ErrorCode_WRONG_SERVER, tpb.ErrorCode_TLT_BEHIND,
+		tpb.ErrorCode_NOT_READABLE, tpb.ErrorCode_REPLICA_FAILED, tpb.ErrorCode_OVERLOADED:
+		return ErrUnavailable
+	case tpb.ErrorCode_IO_ERROR:
+		return ErrIO
+	}
+	return nil
+}
+
 // Error is a tract store error: a code, a message and, for TLT version
 // errors, the server's row version. Errors from the client library and the
 // tractservers' RPCs both carry one (ErrorOf extracts it).
@@ -46,6 +93,12 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("tract: %v: %s", e.Code, e.Message) }
+
+// Is reports whether target is the sentinel of e's code.
+func (e *Error) Is(target error) bool {
+	s := sentinelOf(e.Code)
+	return s != nil && s == target
+}
 
 // GRPCStatus makes an *Error travel as a gRPC status with its detail.
 func (e *Error) GRPCStatus() *status.Status {
@@ -85,6 +138,22 @@ func ErrorOf(err error) (*Error, bool) {
 		}
 	}
 	return nil, false
+}
+
+// fromWire is where the client maps a tractserver's answer to its errors,
+// once: a gRPC status carrying a tract ErrorDetail becomes that *Error
+// (which errors.Is matches to its sentinel); an *Error already in the
+// chain, and errors with no tract code (transport failures, timeouts),
+// are returned as they are.
+func fromWire(err error) error {
+	var te *Error
+	if err == nil || errors.As(err, &te) {
+		return err
+	}
+	if te, ok := ErrorOf(err); ok {
+		return te
+	}
+	return err
 }
 
 // CodeOf returns the tract error code of err: OK for nil, the code of a
