@@ -405,7 +405,8 @@ func diskStats(disks []string) *pb.MemberStats {
 		if err := syscall.Statfs(d, &fs); err != nil {
 			continue
 		}
-		capacity := fs.Blocks * uint64(fs.Bsize)
+		reserved := fs.Bfree - min(fs.Bavail, fs.Bfree)
+		capacity := (fs.Blocks - min(reserved, fs.Blocks)) * uint64(fs.Bsize)
 		st.CapacityBytes += capacity
 		st.FreeBytes += min(fs.Bavail*uint64(fs.Bsize), capacity)
 	}
