@@ -12,7 +12,13 @@ import (
 // sections.
 func ComputeRecovery(o Overview) Recovery {
 	r := Recovery{Rows: len(o.TLT.Rows), RowsCatchingUp: o.TLT.RowsCatchingUp, RecoveredBytes: o.TLT.RecoveredBytes}
-	r.InProgress = r.RowsCatchingUp > 0
+	down := downServers(o.TLT)
+	for _, row := range o.TLT.Rows {
+		if slices.ContainsFunc(row.Behind, func(b string) bool { return !down[behindServer(b)] }) {
+			r.RowsRecovering++
+		}
+	}
+	r.InProgress = r.RowsRecovering > 0
 	states := nodeStates(o.Nodes)
 	for _, e := range o.Extents.Extents {
 		if liveReplicas(e, states) < int(e.Replication) {
@@ -61,11 +67,10 @@ func ComputeDegraded(o Overview) []Problem {
 	if len(o.TLT.Rows) > 0 {
 		// A row is short of a replica while one of its slots is on a server
 		// the failure detector has given up on.
-		down := map[string]bool{}
+		down := downServers(o.TLT)
 		var downNames []string
 		for _, s := range o.TLT.Servers {
-			if s.State == StateDead || s.State == StateDecommissioned || s.State == "unknown" {
-				down[s.Server] = true
+			if down[s.Server] {
 				downNames = append(downNames, s.Server)
 			}
 		}
@@ -79,8 +84,8 @@ func ComputeDegraded(o Overview) []Problem {
 			add(KindTractsUnderReplicated, "tlt", "%d of %d rows keep a replica on a server that is down (%s): their tracts have fewer copies until it is replaced",
 				short, len(o.TLT.Rows), strings.Join(downNames, ", "))
 		}
-		if o.TLT.RowsCatchingUp > 0 {
-			add(KindRecovery, "tlt", "%d of %d rows catching up, %s copied so far", o.TLT.RowsCatchingUp, len(o.TLT.Rows), HumanBytes(int64(o.TLT.RecoveredBytes)))
+		if r := ComputeRecovery(o); r.RowsRecovering > 0 {
+			add(KindRecovery, "tlt", "%d of %d rows catching up, %s copied by catch-ups so far", r.RowsRecovering, len(o.TLT.Rows), HumanBytes(int64(o.TLT.RecoveredBytes)))
 		}
 	}
 	for _, e := range o.Extents.Extents {
@@ -102,6 +107,25 @@ func ComputeDegraded(o Overview) []Problem {
 		}
 	}
 	return out
+}
+
+// downServers are the TLT's servers on nodes the failure detector has
+// given up on (or that it does not know).
+func downServers(t TLTSection) map[string]bool {
+	down := map[string]bool{}
+	for _, s := range t.Servers {
+		if s.State == StateDead || s.State == StateDecommissioned || s.State == "unknown" {
+			down[s.Server] = true
+		}
+	}
+	return down
+}
+
+// behindServer is the server a RowView.Behind entry names ("3/0 (at
+// version 4)").
+func behindServer(b string) string {
+	s, _, _ := strings.Cut(b, " ")
+	return s
 }
 
 // nodeStates maps node ids to states.

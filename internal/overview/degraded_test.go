@@ -23,12 +23,16 @@ func sick() Overview {
 			{ID: 5, Address: "a:5", State: StateDead, StateChangedUnixMs: 1_790_000_000_000},
 		},
 		TLT: TLTSection{TLTView: TLTView{
-			Servers: []ServerView{{Server: "1/0", State: StateAlive}, {Server: "2/0", State: StateAlive}, {Server: "5/0", State: StateDead, Error: "connection refused"}},
+			Servers: []ServerView{{Server: "1/0", State: StateAlive}, {Server: "2/0", State: StateAlive},
+				{Server: "3/0", State: StateAlive}, {Server: "5/0", State: StateDead, Error: "connection refused"}},
+			// Row 1 lost a replica with node 5; row 2's replacement on 3/0
+			// is copying.
 			Rows: []RowView{
 				{Row: 0, Slots: []string{"1/0", "2/0"}},
 				{Row: 1, Slots: []string{"2/0", "5/0"}, Behind: []string{"5/0 (no status)"}},
+				{Row: 2, Slots: []string{"1/0", "3/0"}, Behind: []string{"3/0 (2 tracts, 8.0 MiB copied)"}},
 			},
-			RowsCatchingUp: 1, RecoveredBytes: 3 << 20,
+			RowsCatchingUp: 2, RecoveredBytes: 3 << 20,
 		}},
 		Extents: ExtentSection{Extents: []ExtentView{
 			{ID: 1000, Replicas: []uint64{1, 2, 3}, Replication: 3, Leader: 1},
@@ -70,10 +74,10 @@ func TestDegradedFindsEveryProblem(t *testing.T) {
 	if m := ps[1].Message; !strings.Contains(m, "dead since 2026-") || !strings.Contains(m, "a:5") {
 		t.Errorf("dead node message %q lacks the time or address", m)
 	}
-	if m := ps[2].Message; !strings.HasPrefix(m, "1 of 2 rows") || !strings.Contains(m, "5/0") {
+	if m := ps[2].Message; !strings.HasPrefix(m, "1 of 3 rows") || !strings.Contains(m, "5/0") {
 		t.Errorf("tract message %q", m)
 	}
-	if m := ps[3].Message; !strings.Contains(m, "3.0 MiB copied") {
+	if m := ps[3].Message; !strings.HasPrefix(m, "1 of 3 rows catching up, 3.0 MiB copied") {
 		t.Errorf("recovery message %q", m)
 	}
 	if m := ps[4].Message; !strings.HasPrefix(m, "2 of 3 replicas live") {
@@ -86,7 +90,8 @@ func TestDegradedHealthyIsEmpty(t *testing.T) {
 	for i := range o.Nodes {
 		o.Nodes[i].State = StateAlive
 	}
-	o.TLT.Servers[2].State = StateAlive
+	o.TLT.Servers[3].State = StateAlive
+	o.TLT.Rows[1].Behind, o.TLT.Rows[2].Behind = nil, nil
 	o.TLT.RowsCatchingUp = 0
 	o.Extents.Extents[2].Leader = 4
 	o.Tables.Tables = o.Tables.Tables[:1]
@@ -123,8 +128,15 @@ func TestDegradedUnreadableSectionsAndNoLeader(t *testing.T) {
 
 func TestRecovery(t *testing.T) {
 	r := ComputeRecovery(sick())
-	want := Recovery{InProgress: true, Rows: 2, RowsCatchingUp: 1, RecoveredBytes: 3 << 20, ExtentsUnderReplicated: 1}
+	want := Recovery{InProgress: true, Rows: 3, RowsCatchingUp: 2, RowsRecovering: 1, RecoveredBytes: 3 << 20, ExtentsUnderReplicated: 1}
 	if r != want {
 		t.Fatalf("recovery = %+v, want %+v", r, want)
+	}
+	// A row behind only on a dead server is short of a replica, not
+	// recovering: nothing copies until the server is replaced.
+	o := sick()
+	o.TLT.Rows = o.TLT.Rows[:2]
+	if r := ComputeRecovery(o); r.InProgress || r.RowsRecovering != 0 {
+		t.Fatalf("recovery with only a dead member behind = %+v", r)
 	}
 }

@@ -46,7 +46,8 @@
 //	                   "created": "RFC 3339", "snapshots": [{"number": 1, "name": "s",
 //	                   "created": "RFC 3339"}]}], "error": "..."},
 //	  "recovery": {"in_progress": false, "rows": 64, "rows_catching_up": 0,
-//	               "recovered_bytes": 0, "extents_under_replicated": 0},
+//	               "rows_recovering": 0, "recovered_bytes": 0,
+//	               "extents_under_replicated": 0},
 //	  "degraded": [{"kind": "node_dead", "subject": "node 3", "message": "..."}]
 //	}
 //
@@ -183,11 +184,15 @@ type Snapshot struct {
 
 // Recovery is re-replication progress, from the TLT and extent sections.
 type Recovery struct {
-	// InProgress is set while TLT rows are catching up.
+	// InProgress is set while a live member of a TLT row is copying.
 	InProgress bool `json:"in_progress"`
 	Rows       int  `json:"rows"`
-	// RowsCatchingUp counts TLT rows with a member not yet in sync.
+	// RowsCatchingUp counts TLT rows with a member not yet in sync,
+	// including members that are down (as `arbor tlt` counts them).
 	RowsCatchingUp int `json:"rows_catching_up"`
+	// RowsRecovering counts rows with a member not in sync that is not
+	// down: a replacement or a pending member copying.
+	RowsRecovering int `json:"rows_recovering"`
 	// RecoveredBytes is what catch-ups copied since the nodes started.
 	RecoveredBytes uint64 `json:"recovered_bytes"`
 	// ExtentsUnderReplicated counts extents with fewer live replicas than
