@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -248,5 +250,73 @@ func TestDevCommandNeedsDir(t *testing.T) {
 	}
 	if err := ta.run("dev", "--dir", t.TempDir(), "--faults", "fail=3"); err == nil || !strings.Contains(err.Error(), "--faults") {
 		t.Fatalf("arbor dev with bad --faults: %v", err)
+	}
+}
+
+// TestDevMountWaitsQuietly: while a new cluster's storage is being set up,
+// arbor dev --mount says once what it waits for; the internal errors of
+// the failed attempts appear only at --log-level debug, and the last one
+// in the error if it gives up.
+func TestDevMountWaitsQuietly(t *testing.T) {
+	notReady := []error{
+		errors.New("kv: the cluster has no extents yet"),
+		errors.New("node 1 does not lead extent 1000 (leader 0)"),
+		errors.New("tract: fetch the TLT: directory: no TLT is installed"),
+	}
+	// flaky fails with the start-up errors, then mounts.
+	flaky := func(fails int) mountFunc {
+		n := 0
+		return func(context.Context, clusterTarget, mountOptions, *slog.Logger) (*mounted, error) {
+			if n < fails {
+				n++
+				return nil, notReady[(n-1)%len(notReady)]
+			}
+			return &mounted{debugAddr: "127.0.0.1:1"}, nil
+		}
+	}
+	opts := mountOptions{fsName: devFileSystem, dir: "/mnt/x"}
+	for _, level := range []string{"info", "debug"} {
+		ta := newTestApp()
+		ta.logLevel, ta.logFormat = level, "text"
+		if err := ta.setUpLogging(); err != nil {
+			t.Fatal(err)
+		}
+		m, err := mountWhenReady(context.Background(), &ta.app, flaky(2), clusterTarget{}, opts, time.Minute)
+		if err != nil || m == nil {
+			t.Fatalf("%s: mount = %v, %v", level, m, err)
+		}
+		stderr := ta.errOut.String()
+		if n := strings.Count(stderr, "waiting for the cluster's storage"); n != 1 {
+			t.Fatalf("%s: %d waiting lines in\n%s", level, n, stderr)
+		}
+		internal := strings.Contains(stderr, "no extents yet") || strings.Contains(stderr, "does not lead extent")
+		if internal != (level == "debug") {
+			t.Fatalf("at --log-level %s, internal errors shown: %v:\n%s", level, internal, stderr)
+		}
+		if !strings.Contains(ta.out.String(), `file system "default" mounted at /mnt/x`) {
+			t.Fatalf("stdout = %q", ta.out.String())
+		}
+	}
+
+	// Giving up says what was awaited, for how long, and the last error.
+	ta := newTestApp()
+	ta.logLevel, ta.logFormat = "info", "text"
+	if err := ta.setUpLogging(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := mountWhenReady(context.Background(), &ta.app, flaky(1000), clusterTarget{}, opts, 1500*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), `mount file system "default" at /mnt/x: the cluster's storage was not ready after`) ||
+		!strings.Contains(err.Error(), "last error: ") {
+		t.Fatalf("giving up: %v", err)
+	}
+	if strings.Contains(ta.errOut.String(), "retrying") {
+		t.Fatalf("retries logged at info:\n%s", ta.errOut.String())
+	}
+
+	// An interrupt is not reported as a failure to get ready.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := mountWhenReady(ctx, &ta.app, flaky(1000), clusterTarget{}, opts, time.Minute); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted: %v", err)
 	}
 }
