@@ -45,7 +45,8 @@ type ClientConfig struct {
 // Client calls the directory. It finds the leader, caches it, follows
 // NotLeader hints and retries Unavailable errors (and attempts that time
 // out) on other replicas with backoff until the call's context ends. Other
-// errors are returned at once; ResultOf and CodeOf read their outcome.
+// errors are returned at once, mapped to the package's sentinel errors
+// (client_errors.go): errors.Is(err, ErrNotFound) and the like.
 //
 // A retried write may have been applied by an attempt whose reply was lost:
 // Register then returns a later epoch, GrantLease by the same holder
@@ -210,7 +211,7 @@ func call[T any](ctx context.Context, c *Client, method string, rpc func(context
 			return zero, fmt.Errorf("directory: %s: %w (last error from %s: %v)", method, ctx.Err(), addr, err)
 		}
 		if !retryable(err) {
-			return zero, err
+			return zero, clientError(method, err)
 		}
 		c.forget(addr)
 		if nl, ok := NotLeaderOf(err); ok && nl.LeaderAddress != "" && nl.LeaderAddress != addr {

@@ -81,9 +81,10 @@ func CodeOf(err error) pb.ErrorCode {
 }
 
 // IsNotFound reports whether err says that what was asked for does not
-// exist: the directory's NOT_FOUND, or gRPC's NotFound.
+// exist: ErrNotFound, or a gRPC NotFound or the directory's NOT_FOUND that
+// did not come through the Client.
 func IsNotFound(err error) bool {
-	return status.Code(err) == codes.NotFound || CodeOf(err) == pb.ErrorCode_NOT_FOUND
+	return errors.Is(err, ErrNotFound) || status.Code(err) == codes.NotFound || CodeOf(err) == pb.ErrorCode_NOT_FOUND
 }
 
 // NotLeaderOf returns the leader hint of an error from a replica that is not
