@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -54,7 +55,7 @@ func (s *Server) createFileSystem(ctx context.Context, name string) (*dpb.FileSy
 	}
 	created := true
 	rec, err := s.cfg.Directory.CreateFileSystem(ctx, &dpb.CreateFileSystemRequest{Name: name})
-	if directory.CodeOf(err) == dpb.ErrorCode_ALREADY_EXISTS {
+	if errors.Is(err, directory.ErrAlreadyExists) {
 		created = false
 		rec, err = s.cfg.Directory.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Name: name})
 	}
@@ -154,12 +155,12 @@ func (s *Server) createSnapshot(ctx context.Context, f uint64, name string) (uin
 // directoryError gives the directory's refusals of bad input the errno
 // they stand for (its other errors stay EIO).
 func directoryError(err error) error {
-	switch directory.CodeOf(err) {
-	case dpb.ErrorCode_NOT_FOUND:
+	switch {
+	case errors.Is(err, directory.ErrNotFound):
 		return fmt.Errorf("%w: %w", syscall.ENOENT, err)
-	case dpb.ErrorCode_ALREADY_EXISTS:
+	case errors.Is(err, directory.ErrAlreadyExists):
 		return fmt.Errorf("%w: %w", syscall.EEXIST, err)
-	case dpb.ErrorCode_INVALID_ARGUMENT:
+	case errors.Is(err, directory.ErrInvalidArgument):
 		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	return err

@@ -446,15 +446,16 @@ func (s *Server) fsLock(f uint64, what string) func(ctx context.Context) (func()
 					_, _ = s.cfg.Directory.ReleaseLease(rctx, &dpb.ReleaseLeaseRequest{Name: name, HolderNode: s.cfg.Node, LeaseEpoch: l.GetEpoch()})
 				}, nil
 			}
-			c := directory.CodeOf(err)
-			if c == dpb.ErrorCode_STALE_EPOCH {
+			if errors.Is(err, directory.ErrStaleEpoch) {
 				// This server's incarnation is not the directory's (it
 				// restarted, or was declared dead and came back): the
 				// client asks again, here once the epoch is current or
 				// at the table's next owner.
 				return nil, fmt.Errorf("%w: lock %s: %w", errRetry, name, err)
 			}
-			if c != dpb.ErrorCode_LEASE_HELD && c != dpb.ErrorCode_CONFLICT && c != -1 {
+			// Another holder, or a race with one, passes; no answer
+			// may come next time; any other refusal will not.
+			if directory.IsRefusal(err) && !errors.Is(err, directory.ErrLeaseHeld) && !errors.Is(err, directory.ErrConflict) {
 				return nil, fmt.Errorf("lock %s: %w", name, err)
 			}
 			if err := sleepCtx(ctx, backoff(attempt)); err != nil {
@@ -633,22 +634,21 @@ func (s *Server) renewBatch(ctx context.Context, ls []*lease) (lapsed []*lease) 
 		if st == nil {
 			continue
 		}
-		res := resp.GetResults()[i]
-		switch res.GetCode() {
-		case dpb.ErrorCode_OK:
+		switch err := directory.ResultError(resp.GetResults()[i]); {
+		case err == nil:
 			st.st.setLease(l.table, l.epoch, directory.HolderDeadline(sent, ms))
-		case dpb.ErrorCode_STALE_EPOCH, dpb.ErrorCode_NOT_FOUND:
-			s.log.Info("lost a table's delegation", "table", l.table, "epoch", l.epoch, "code", res.GetCode(), "why", res.GetMessage())
+		case errors.Is(err, directory.ErrStaleEpoch), errors.Is(err, directory.ErrNotFound):
+			s.log.Info("lost a table's delegation", "table", l.table, "epoch", l.epoch, "err", err)
 			s.leaseMu.Lock()
 			if s.leases[l.table] == l {
 				delete(s.leases, l.table)
 			}
 			s.leaseMu.Unlock()
 			st.st.drop(ctx, l.table)
-		case dpb.ErrorCode_EXPIRED:
+		case errors.Is(err, directory.ErrExpired):
 			lapsed = append(lapsed, l)
 		default:
-			s.log.Debug("renewing a table's lease", "table", l.table, "code", res.GetCode(), "why", res.GetMessage())
+			s.log.Debug("renewing a table's lease", "table", l.table, "err", err)
 		}
 	}
 	return lapsed
