@@ -135,8 +135,8 @@ func (s *Server) CreateSnapshot(ctx context.Context, req *pb.CreateSnapshotReque
 }
 
 func (s *Server) createSnapshot(ctx context.Context, f uint64, name string) (uint64, error) {
-	if name == "" {
-		return 0, invalidf("a snapshot needs a name")
+	if err := CheckSnapshotName(name); err != nil {
+		return 0, err
 	}
 	st, err := s.fsOf(ctx, f)
 	if err != nil {

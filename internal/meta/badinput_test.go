@@ -389,13 +389,24 @@ func TestBadInput(t *testing.T) {
 			{"snapshot with no name", &pb.CreateSnapshotRequest{Fs: f}, wantInvalid},
 			{"snapshot with a long name", &pb.CreateSnapshotRequest{Fs: f, Name: strings.Repeat("n", 300)}, wantInvalid},
 			{"snapshot named a/b", &pb.CreateSnapshotRequest{Fs: f, Name: "a/b"}, wantInvalid},
+			{"snapshot named .", &pb.CreateSnapshotRequest{Fs: f, Name: "."}, wantInvalid},
+			{"snapshot named ..", &pb.CreateSnapshotRequest{Fs: f, Name: ".."}, wantInvalid},
+			{"snapshot named with a space", &pb.CreateSnapshotRequest{Fs: f, Name: "a b"}, wantInvalid},
+			{"snapshot named with a newline", &pb.CreateSnapshotRequest{Fs: f, Name: "a\n"}, wantInvalid},
 			{"snapshot with the name of another", &pb.CreateSnapshotRequest{Fs: f, Name: "snap"}, posix(syscall.EEXIST)},
 			{"snapshot of file system 0", &pb.CreateSnapshotRequest{Name: "s"}, wantInvalid},
 			{"snapshot of an unknown file system", &pb.CreateSnapshotRequest{Fs: f + 1000, Name: "s"}, posix(syscall.ENOENT)},
 		} {
 			resp, err := s1.CreateSnapshot(ctx, x.req)
 			x.want.check(t, x.what, answer(resp.GetError(), err))
+			if x.want == wantInvalid && x.req.GetFs() == f {
+				// The client library refuses it before sending.
+				_, err = c.client.CreateSnapshot(ctx, f, x.req.GetName())
+				wantInvalid.check(t, x.what+", by the client", errorToPB(err))
+			}
 		}
+		_, err = c.client.CreateSnapshot(ctx, f, "bad\xff")
+		wantInvalid.check(t, "snapshot name that is not UTF-8", errorToPB(err))
 		for _, x := range []struct {
 			n    uint64
 			want wantErr

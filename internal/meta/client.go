@@ -270,6 +270,9 @@ func (c *Client) DeleteFileSystem(ctx context.Context, name string) (*pb.DeleteF
 
 // CreateSnapshot takes a snapshot of file system f and returns its number.
 func (c *Client) CreateSnapshot(ctx context.Context, f uint64, name string) (uint64, error) {
+	if err := CheckSnapshotName(name); err != nil {
+		return 0, err
+	}
 	var n uint64
 	err := c.call(ctx, f, fs.RootHandle.D, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
 		resp, err := cl.CreateSnapshot(ctx, &pb.CreateSnapshotRequest{Fs: f, Name: name})
