@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,7 @@ func TestStatusReportsKilledNode(t *testing.T) {
 	}
 
 	text, _ := status()
+	t.Logf("arbor status:\n%s", text)
 	if !strings.Contains(text, "\ndegraded:\n") || !strings.Contains(text, "\n  node 5: dead since ") {
 		t.Errorf("status text does not list node 5 as degraded:\n%s", text)
 	}
@@ -176,5 +178,33 @@ func TestStatusReportsKilledNode(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusOK || !hasProblem(served.Degraded, overview.KindNodeDead, "node 5") {
 		t.Errorf("handler: %d, degraded %+v", resp.StatusCode, served.Degraded)
+	}
+
+	// Kill the directory leader too: status still answers at once (from a
+	// member's view while there is no leader), and once a new leader's
+	// detector has waited its timeout, reports the old one.
+	leader := seen.Leader
+	killed = time.Now()
+	if err := c.Kill(leader); err != nil {
+		t.Fatal(err)
+	}
+	subject := "node " + strconv.FormatUint(leader, 10)
+	var slowest time.Duration
+	for {
+		out, took := status("--json")
+		if took > 8*time.Second {
+			t.Errorf("status took %v with the directory leader killed", took)
+		}
+		slowest = max(slowest, took)
+		s := parse(out)
+		if s.Leader != 0 && s.Leader != leader && hasProblem(s.Degraded, overview.KindNodeDead, subject) {
+			t.Logf("status reported the old leader, node %d, dead %v after the kill (new leader %d; slowest status %v)",
+				leader, time.Since(killed).Round(100*time.Millisecond), s.Leader, slowest.Round(time.Millisecond))
+			break
+		}
+		if time.Since(killed) > 2*statusDeadTimeout+15*time.Second {
+			t.Fatalf("%v after killing the directory leader, status does not report it dead:\n%s", time.Since(killed), out)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }

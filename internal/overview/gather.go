@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/directory"
@@ -112,7 +114,12 @@ func (g *Gatherer) Gather(ctx context.Context) (Overview, error) {
 		if err == nil {
 			o.TLT.TLTView, err = FetchTLT(ctx, dir, tc)
 		}
-		if err != nil {
+		switch {
+		case status.Code(err) == codes.NotFound:
+			// A new cluster: the directory installs the first TLT once
+			// enough storage nodes have registered.
+			o.TLT.Error = "no TLT is installed yet: the blob store waits for enough storage nodes to register"
+		case err != nil:
 			o.TLT.Error = err.Error()
 		}
 	})
