@@ -10,9 +10,10 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 
+# chromium-headless-shell: the dashboard's browser test (internal/ui).
+pkgs=(fuse3 fio libnfs-utils protobuf-compiler chromium-headless-shell)
 # --bench adds what only the benchmarks need: the Linux source tarball the
 # untar benchmark extracts (bench/fs_test.go).
-pkgs=(fuse3 fio libnfs-utils protobuf-compiler)
 [ "${1:-}" = "--bench" ] && pkgs+=(linux-source-6.1 xz-utils)
 
 need_apt=()

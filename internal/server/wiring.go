@@ -27,7 +27,8 @@ import (
 //  3. the node agent, on every node: it registers the node with the
 //     directory and heartbeats (agentModule);
 //  4. the tract store (tractModule) and, on metadata nodes, the metadata
-//     server (metaModule).
+//     server (metaModule);
+//  5. the web dashboard at /ui/, on every node (uiModule).
 //
 // A later module may use an earlier one: they are constructed here and the
 // earlier module (whose Init has run by the time a later Init runs) is
@@ -49,6 +50,7 @@ func Modules(cfg Config) []Module {
 	if cfg.HasRole(RoleMeta) {
 		modules = append(modules, newMetaModule(modules))
 	}
+	modules = append(modules, newUIModule())
 	return modules
 }
 

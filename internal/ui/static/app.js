@@ -19,7 +19,7 @@ function el(tag, attrs, ...children) {
     if (k === "class") e.className = v;
     else e.setAttribute(k, v);
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null) continue;
     e.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -71,10 +71,15 @@ function fillBody(table, rows, total, cols) {
   if (total === 0) body.append(el("tr", {}, el("td", { colspan: cols, class: "muted" }, "none")));
 }
 
-function usageBar(used, cap) {
+// diskSpace shows how full a node's disks are: the free space its last
+// heartbeat reported against their size (what it can still take, whoever
+// filled it), or the bytes it registered as used when it reported none.
+function diskSpace(n) {
+  const cap = n.capacity_bytes || 0;
+  const used = n.free_bytes ? Math.max(0, cap - n.free_bytes) : n.used_bytes || 0;
   const pct = cap > 0 ? Math.min(100, (100 * used) / cap) : 0;
-  return el("span", {}, el("span", { class: "bar" }, el("span", { style: `width:${pct.toFixed(1)}%` })),
-    `${fmtBytes(used)} / ${fmtBytes(cap)}`);
+  return el("span", { title: `${fmtBytes(used)} used` }, el("span", { class: "bar" }, el("span", { style: `width:${pct.toFixed(1)}%` })),
+    `${fmtBytes(n.free_bytes || cap - used)} free of ${fmtBytes(cap)}`);
 }
 
 // health classifies the overview: "down" when the directory has no leader
@@ -118,7 +123,7 @@ function renderSummary(ov) {
     "directory leader ", el("b", { id: "leader" }, d.leader ? `node ${d.leader}` : "none"),
     d.term ? ` (term ${d.term})` : "", d.stale ? " · stale view" : "",
     " · nodes ", el("b", {}, `${alive}/${nodes.length}`), " alive",
-    " · capacity ", el("b", {}, `${fmtBytes(cap.used_bytes)} used of ${fmtBytes(cap.capacity_bytes)}`));
+    " · space ", el("b", {}, `${fmtBytes(cap.free_bytes)} free of ${fmtBytes(cap.capacity_bytes)}`));
   byId("updated").textContent = `updated ${new Date().toLocaleTimeString()} · gathered in ${ov.took_ms} ms`;
 }
 
@@ -132,7 +137,7 @@ function renderNodes(ov) {
     el("td", {}, n.domain || ""),
     el("td", {}, n.http_address ? el("a", { href: `http://${n.http_address}/ui/` }, n.address) : n.address),
     el("td", {}, (n.disks || []).map((d) => d.path).join(", ")),
-    el("td", {}, usageBar(n.used_bytes, n.capacity_bytes)),
+    el("td", {}, diskSpace(n)),
     el("td", { class: "num" }, fmtNum(n.load))));
   fillBody("nodes", rows, nodes.length, 9);
   setNote("nodes-note", ov.directory, `${nodes.length} nodes`);
@@ -171,9 +176,11 @@ function renderTLT(ov) {
       el("td", { class: "num" }, fmtBytes(s.bytes))))));
   children.push(sTable);
   if (behind.length) {
-    children.push(el("h3", {}, "rows catching up"));
-    children.push(el("ul", {}, behind.slice(0, 20).map((r) => el("li", {},
-      `row ${r.row} v${r.version}: `, [...(r.pending || []).map((p) => "pending " + p), ...(r.behind || [])].join("; ")))));
+    // One line per row would push the rest of the page away: a short list.
+    const shown = behind.slice(0, 8).map((r) =>
+      `row ${r.row} (${[...(r.pending || []).map((p) => "pending " + p), ...(r.behind || [])].join("; ")})`);
+    children.push(el("p", { class: "muted" }, `${behind.length} rows catching up: ${shown.join(", ")}` +
+      (behind.length > shown.length ? `, … and ${behind.length - shown.length} more` : "")));
   }
   byId("tlt").replaceChildren(...children);
   setNote("tlt-note", t, t.version ? `version ${t.version}` : "");
@@ -182,11 +189,15 @@ function renderTLT(ov) {
 function renderExtents(ov) {
   const s = ov.extents || {};
   const list = s.extents || [];
+  const state = new Map((ov.nodes || []).map((n) => [n.id, n.state]));
   const rows = list.slice(0, ROWS_MAX).map((x) => {
-    const short = (x.replicas || []).length < (x.replication || 0);
-    return el("tr", { "data-state": short ? "dead" : "alive" },
+    const reps = x.replicas || [];
+    const live = reps.filter((id) => state.get(id) === "alive").length;
+    const short = live < (x.replication || reps.length);
+    return el("tr", { "data-state": short ? "degraded" : "alive" },
       el("td", {}, String(x.id)),
-      el("td", {}, (x.replicas || []).join(", ") + (short ? ` (of ${x.replication})` : "")),
+      el("td", {}, reps.map((id, i) => [i ? ", " : "", el("span", { class: state.get(id) === "alive" ? "" : "down" }, String(id))]),
+        short ? ` (${live} of ${x.replication} live)` : ""),
       el("td", {}, x.leader ? String(x.leader) : "none"),
       el("td", { class: "num" }, String(x.epoch)));
   });
