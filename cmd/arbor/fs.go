@@ -14,6 +14,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/fs"
+	"github.com/arbor-storage/arbor/internal/meta"
 	mpb "github.com/arbor-storage/arbor/internal/meta/metapb"
 )
 
@@ -71,6 +72,10 @@ store. Mount one with arbor mount.`,
 		Short: "Create a file system",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Refused before reaching for the cluster.
+			if err := meta.CheckFileSystemName(args[0]); err != nil {
+				return fmt.Errorf("create file system: %w", err)
+			}
 			return a.fsCommand(cmd, &createF, func(ctx context.Context, c *client.Cluster) error {
 				f, created, err := createFS(ctx, c, args[0])
 				if err != nil {
@@ -177,6 +182,10 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 		Short: "Take a snapshot of a file system",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Refused before reaching for the cluster; the server checks too.
+			if err := meta.CheckSnapshotName(args[1]); err != nil {
+				return fmt.Errorf("take a snapshot of %q: %w", args[0], err)
+			}
 			return a.fsCommand(cmd, &createF, func(ctx context.Context, c *client.Cluster) error {
 				f, err := c.FileSystem(ctx, args[0])
 				if err != nil {

@@ -279,3 +279,28 @@ func TestErrorsOnDevCluster(t *testing.T) {
 		checkUserError(t, stderr, code, tc.want...)
 	}
 }
+
+// TestNamesRefusedBeforeConnecting: a snapshot or file system name the
+// metadata service would refuse is refused by the CLI at once, without
+// reaching for the cluster (nothing listens at the address given).
+func TestNamesRefusedBeforeConnecting(t *testing.T) {
+	addr := closedAddr(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"snapshot", "create", "default", ".."}, `".." cannot name a snapshot`},
+		{[]string{"snapshot", "create", "default", "."}, `"." cannot name a snapshot`},
+		{[]string{"snapshot", "create", "default", "a b"}, `snapshot name "a b" contains ' '`},
+		{[]string{"snapshot", "create", "default", "bad\xff"}, "is not UTF-8"},
+		{[]string{"snapshot", "create", "default", strings.Repeat("n", 300)}, "a snapshot name of 300 bytes"},
+		{[]string{"fs", "create", ".."}, `".." cannot name a file system`},
+		{[]string{"fs", "create", "a\tb"}, `contains '\t'`},
+	} {
+		stderr, code := runCLI(t, append(tc.args, "--cluster", addr)...)
+		checkUserError(t, stderr, code, tc.want)
+		if strings.Contains(stderr, "connection refused") {
+			t.Errorf("%v reached for the cluster: %s", tc.args, stderr)
+		}
+	}
+}
