@@ -173,6 +173,9 @@ func (c *Client) callRouted(ctx context.Context, f, d uint64, onRoute func(ctx c
 		}
 		e, err := fn(ctx, cl)
 		if err != nil {
+			if rerr := requestError(err); rerr != nil {
+				return rerr
+			}
 			// No answer: the server may be down; its tables move.
 			last = err
 			c.invalidate(f)
@@ -232,6 +235,9 @@ func (c *Client) anyServer(ctx context.Context, fn func(ctx context.Context, cl 
 		}
 		e, err := fn(ctx, cl)
 		if err != nil {
+			if rerr := requestError(err); rerr != nil {
+				return rerr
+			}
 			last = err
 			continue
 		}

@@ -4,8 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/arbor-storage/arbor/internal/fs"
 	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
@@ -122,6 +126,30 @@ func (e *RemoteError) Unwrap() []error {
 		errs = append(errs, fs.ErrRaced)
 	}
 	return errs
+}
+
+// requestError is where the client maps a Meta RPC's gRPC error (a call
+// that got no pb.Error answer), once. Most mean no answer (the server is
+// down or unreachable, its tables move) and are worth asking again: nil.
+// A few refuse the request itself, and asking again would only wait for
+// the caller's deadline: those return the POSIX error the caller gets, in
+// words. gRPC's own refusals are told by their text, as gRPC gives no
+// other mark.
+func requestError(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	switch msg := st.Message(); st.Code() {
+	case codes.Internal:
+		// Proto strings must be UTF-8; POSIX names need not be.
+		if what, ok := strings.CutPrefix(msg, "grpc: error while marshaling: "); ok {
+			return fmt.Errorf("meta: the request cannot be sent (%s; names must be UTF-8): %w", what, syscall.EINVAL)
+		}
+	case codes.Unimplemented:
+		return fmt.Errorf("meta: the metadata server does not serve this request (another version?): %s: %w", msg, syscall.ENOTSUP)
+	}
+	return nil
 }
 
 func errorFromPB(e *pb.Error) error {
