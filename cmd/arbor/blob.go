@@ -77,7 +77,7 @@ type transferFlags struct {
 
 func (f *transferFlags) register(cmd *cobra.Command) {
 	f.cf.register(cmd)
-	cmd.Flags().StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (on a terminal), always or never")
+	cmd.Flags().StringVar(&f.progress, "progress", "auto", progressUsage)
 }
 
 func (f *transferFlags) mode() (progressMode, error) { return parseProgressMode(f.progress) }

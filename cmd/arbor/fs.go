@@ -67,6 +67,7 @@ store. Mount one with arbor mount.`,
 	}
 	var createF, listF, deleteF clusterFlags
 	var listJSON bool
+	var deleteProgress string
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a file system",
@@ -152,7 +153,7 @@ and its directory record. It must not be mounted.`,
 					return err
 				}
 				var st *mpb.DeleteFileSystemResponse
-				err = longJob(ctx, func() (err error) {
+				err = a.longJobShown(ctx, deleteProgress, "delete", func() (err error) {
 					st, err = c.Meta().DeleteFileSystem(ctx, f.GetName())
 					return err
 				})
@@ -165,6 +166,7 @@ and its directory record. It must not be mounted.`,
 		},
 	}
 	deleteF.register(del)
+	del.Flags().StringVar(&deleteProgress, "progress", "auto", progressUsage)
 	cmd.AddCommand(create, list, del)
 	return cmd
 }
@@ -177,6 +179,7 @@ func newSnapshotCmd(a *app) *cobra.Command {
 changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 	}
 	var createF, listF, deleteF clusterFlags
+	var deleteProgress string
 	create := &cobra.Command{
 		Use:   "create FS NAME",
 		Short: "Take a snapshot of a file system",
@@ -239,7 +242,7 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 					return err
 				}
 				var st *mpb.DeleteSnapshotResponse
-				err = longJob(ctx, func() (err error) {
+				err = a.longJobShown(ctx, deleteProgress, "delete", func() (err error) {
 					st, err = c.Meta().DeleteSnapshot(ctx, f.GetNumber(), sn.GetNumber())
 					return err
 				})
@@ -253,6 +256,7 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 		},
 	}
 	deleteF.register(del)
+	del.Flags().StringVar(&deleteProgress, "progress", "auto", progressUsage)
 	cmd.AddCommand(create, list, del)
 	return cmd
 }
@@ -260,6 +264,7 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 func newFsckCmd(a *app) *cobra.Command {
 	var cf clusterFlags
 	var data, asJSON bool
+	var progressFlag string
 	cmd := &cobra.Command{
 		Use:   "fsck FS",
 		Short: "Check a file system: dangling entries, link counts, leaked tracts",
@@ -276,7 +281,7 @@ made during the check may show as problems.`,
 					return err
 				}
 				var r *fs.CheckReport
-				err = longJob(ctx, func() (err error) {
+				err = a.longJobShown(ctx, progressFlag, "fsck", func() (err error) {
 					r, err = c.Meta().Check(ctx, f.GetNumber(), data)
 					return err
 				})
@@ -311,5 +316,6 @@ made during the check may show as problems.`,
 	cf.register(cmd)
 	cmd.Flags().BoolVar(&data, "data", false, "also read every referenced tract")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.Flags().StringVar(&progressFlag, "progress", "auto", progressUsage)
 	return cmd
 }

@@ -233,7 +233,7 @@ bad; then the pairs are written in transactions of 15 consecutive lines,
 	putF.register(put)
 	put.Flags().BoolVar(&stdin, "stdin", false, "read KEY<TAB>VALUE lines from standard input")
 	put.Flags().IntVar(&parallel, "parallel", 4, "transactions in flight at once with --stdin")
-	put.Flags().StringVar(&progressFlag, "progress", "auto", "with --stdin, a progress bar on stderr: auto (on a terminal), always or never")
+	put.Flags().StringVar(&progressFlag, "progress", "auto", progressUsage+" (with --stdin)")
 
 	var delF kvFlags
 	del := &cobra.Command{

@@ -392,3 +392,39 @@ func FuzzReadPairs(f *testing.F) {
 		}
 	})
 }
+
+// TestKVPutStdinProgress: kv put --stdin draws its bar with --progress
+// always (into a buffer, not a terminal) and none by default there.
+func TestKVPutStdinProgress(t *testing.T) {
+	m := newMemKV(t)
+	var in strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&in, "p%03d\tv\n", i)
+	}
+	for _, tc := range []struct {
+		flag string
+		bar  bool
+	}{{"always", true}, {"auto", false}, {"never", false}} {
+		ta := newTestApp()
+		cmd := newKVCmdWith(&ta.app, m.open)
+		cmd.SetArgs([]string{"put", "--stdin", "--progress", tc.flag, "--cluster", "127.0.0.1:1"})
+		cmd.SetIn(strings.NewReader(in.String()))
+		if err := cmd.ExecuteContext(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		stderr := ta.errOut.String()
+		if got := strings.Contains(stderr, "] 100%  40 / 40"); got != tc.bar {
+			t.Fatalf("--progress %s: bar drawn %v:\n%q", tc.flag, got, stderr)
+		}
+		if !strings.Contains(stderr, "loaded 40 pairs") {
+			t.Fatalf("--progress %s: %q", tc.flag, stderr)
+		}
+	}
+	ta := newTestApp()
+	cmd := newKVCmdWith(&ta.app, m.open)
+	cmd.SetArgs([]string{"put", "--stdin", "--progress", "sometimes", "--cluster", "127.0.0.1:1"})
+	cmd.SetIn(strings.NewReader("k\tv\n"))
+	if err := cmd.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "want auto, always or never") {
+		t.Fatalf("--progress sometimes: %v", err)
+	}
+}

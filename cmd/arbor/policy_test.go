@@ -240,9 +240,10 @@ func TestPlainWords(t *testing.T) {
 	}
 }
 
-// TestErrorsOnDevCluster: typical failures against real arbor processes
-// print one plain line each, without gRPC's texts.
-func TestErrorsOnDevCluster(t *testing.T) {
+// TestCLIOnDevCluster: typical failures against real arbor processes
+// print one plain line each, without gRPC's texts; the long jobs show
+// they are under way with --progress always.
+func TestCLIOnDevCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of real processes")
 	}
@@ -277,6 +278,25 @@ func TestErrorsOnDevCluster(t *testing.T) {
 		stderr, code := runCLI(t, append(tc.args, flags...)...)
 		t.Logf("%v: %s", tc.args, strings.TrimSpace(stderr))
 		checkUserError(t, stderr, code, tc.want...)
+	}
+
+	for _, tc := range []struct {
+		args    []string
+		waiting string // the waiting line's start, "" for none
+	}{
+		{[]string{"fs", "create", "f1"}, ""},
+		{[]string{"snapshot", "create", "f1", "s1"}, ""},
+		{[]string{"fsck", "f1", "--progress", "always"}, "\rfsck     waiting for the cluster"},
+		{[]string{"snapshot", "delete", "f1", "s1", "--progress", "always"}, "\rdelete   waiting for the cluster"},
+		{[]string{"fs", "delete", "f1", "--progress", "never"}, ""},
+	} {
+		stderr, code := runCLI(t, append(tc.args, flags...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, stderr)
+		}
+		if tc.waiting != "" && !strings.HasPrefix(stderr, tc.waiting) || tc.waiting == "" && stderr != "" {
+			t.Fatalf("%v: stderr %q, want the waiting line %q", tc.args, stderr, tc.waiting)
+		}
 	}
 }
 

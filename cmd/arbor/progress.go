@@ -31,10 +31,54 @@ type progress struct {
 	enabled bool
 	start   time.Time
 
+	// waiting: no progress is known, only that a step is under way
+	// (startWaiting).
+	waiting bool
+
 	mu    sync.Mutex
 	done  int64
 	drawn time.Time
 	note  string
+}
+
+// progressUsage is the --progress flag's help, the same on every command.
+const progressUsage = "progress on stderr: auto (on a terminal), always or never"
+
+// waitingRedraw is how often a waiting line's clock is redrawn.
+const waitingRedraw = time.Second
+
+// startWaiting shows, while a step runs that reports no progress (the
+// server's fsck, a deletion, a table move), that it is under way and for
+// how long; stop ends the line. It draws nothing when disabled.
+func startWaiting(w io.Writer, mode progressMode, label string) (stop func()) {
+	p := newProgress(w, mode, label, 0, false)
+	if !p.enabled {
+		return func() {}
+	}
+	p.waiting = true
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(waitingRedraw)
+		defer t.Stop()
+		for {
+			p.mu.Lock()
+			p.drawLocked(true)
+			p.mu.Unlock()
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+		p.Finish()
+	}
 }
 
 // progressMode is the --progress flag: auto (on a terminal), always, never.
@@ -108,6 +152,9 @@ func (p *progress) drawLocked(force bool) {
 }
 
 func (p *progress) line() string {
+	if p.waiting {
+		return fmt.Sprintf("%-8s waiting for the cluster  %v", p.label, time.Since(p.start).Round(time.Second))
+	}
 	frac := 0.0
 	if p.total > 0 {
 		frac = min(float64(p.done)/float64(p.total), 1)

@@ -28,6 +28,7 @@ range in two. Tables also move when their server dies, and hot or large
 ones split on their own.`,
 	}
 	var listF, moveF, splitF clusterFlags
+	var moveProgress string
 	var asJSON bool
 	var fsName string
 	list := &cobra.Command{
@@ -94,7 +95,11 @@ ones split on their own.`,
 				return fmt.Errorf("node %q: want a node id (arbor nodes shows them)", args[1])
 			}
 			return a.fsCommand(cmd, &moveF, func(ctx context.Context, c *client.Cluster) error {
-				epoch, err := c.Meta().MoveTable(ctx, id, node)
+				var epoch uint64
+				err := a.longJobShown(ctx, moveProgress, "move", func() (err error) {
+					epoch, err = c.Meta().MoveTable(ctx, id, node)
+					return err
+				})
 				if err != nil {
 					return fmt.Errorf("move table %d to node %d: %w", id, node, err)
 				}
@@ -104,6 +109,7 @@ ones split on their own.`,
 		},
 	}
 	moveF.register(move)
+	move.Flags().StringVar(&moveProgress, "progress", "auto", progressUsage)
 	split := &cobra.Command{
 		Use:   "split TABLE [AT]",
 		Short: "Cut a table in two (at directory id AT, or where its owner chooses)",

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/tract"
@@ -99,5 +100,23 @@ func TestForEachTract(t *testing.T) {
 	})
 	if !errors.Is(err, boom) {
 		t.Fatalf("forEachTract returned %v, want the first error", err)
+	}
+}
+
+// TestWaitingLine: a step without progress reports shows its label and
+// its time while it runs, only when asked for or on a terminal.
+func TestWaitingLine(t *testing.T) {
+	var buf syncBuffer
+	stop := startWaiting(&buf, "always", "fsck")
+	time.Sleep(waitingRedraw + 200*time.Millisecond)
+	stop()
+	out := buf.String()
+	if !strings.Contains(out, "\rfsck     waiting for the cluster  1s") || !strings.HasSuffix(out, "\n") {
+		t.Fatalf("waiting line %q", out)
+	}
+	var none bytes.Buffer
+	startWaiting(&none, "auto", "fsck")()
+	if none.Len() != 0 {
+		t.Fatalf("drawn on a buffer with auto: %q", none.String())
 	}
 }
