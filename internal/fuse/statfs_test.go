@@ -1,0 +1,112 @@
+package fuse_test
+
+import (
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/client"
+	"github.com/arbor-storage/arbor/internal/directory"
+	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+)
+
+// TestStatFSCluster checks statfs(2) on a mount of a dev cluster of real
+// processes: its size is the storage nodes' disk space over the TLT's
+// replication (every node of a dev cluster keeps its data on the same
+// file system as this test's cluster directory, so that is n times that
+// file system's usable size, over k), and its used space grows by at least
+// a file's size once the file is written.
+func TestStatFSCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	e := startEnv(t)
+	e.createFS("default")
+	m := e.mount("default")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	dir, err := directory.NewClient(directory.ClientConfig{Addresses: e.c.DirectoryAddrs(), DialOptions: client.DialOptions(e.c.ClusterID())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	tlt, err := dir.GetTLT(ctx, &dpb.GetTLTRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := dir.ListNodes(ctx, &dpb.ListNodesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	storage := 0
+	for _, n := range nodes.GetNodes() {
+		if n.GetState() == dpb.NodeState_NODE_STATE_ALIVE && slices.Contains(n.GetRoles(), "storage") {
+			storage++
+		}
+	}
+	var host syscall.Statfs_t
+	if err := syscall.Statfs(e.c.Dir(), &host); err != nil {
+		t.Fatal(err)
+	}
+	usable := (host.Blocks - (host.Bfree - host.Bavail)) * uint64(host.Bsize)
+	want := uint64(storage) * usable / uint64(tlt.GetReplication())
+
+	statfs := func() (total, used uint64) {
+		t.Helper()
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(m.dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Bavail != st.Bfree {
+			t.Errorf("statfs: %d blocks available, %d free: the cluster reserves none", st.Bavail, st.Bfree)
+		}
+		return st.Blocks * uint64(st.Frsize), (st.Blocks - st.Bfree) * uint64(st.Frsize)
+	}
+	// The nodes' first statistics reach statfs within a stats flush.
+	var total, before uint64
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		if total, before = statfs(); total > want-want/100 && total < want+want/100 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("statfs size %d bytes; want %d (%d storage nodes of %d usable bytes, replication %d)",
+				total, want, storage, usable, tlt.GetReplication())
+		}
+	}
+	t.Logf("statfs: %d bytes, %d used; %d storage nodes, replication %d", total, before, storage, tlt.GetReplication())
+
+	const fileBytes = 64 << 20
+	data := make([]byte, fileBytes)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(m.dir, "statfs-file"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		_, used := statfs()
+		if used >= before+fileBytes {
+			t.Logf("used %d bytes after writing %d (was %d)", used, fileBytes, before)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("used %d bytes after writing %d; was %d", used, fileBytes, before)
+		}
+	}
+}
