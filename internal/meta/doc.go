@@ -86,7 +86,15 @@
 // §3.1. It rereads the map (at most every 50 ms) when a server answers
 // NOT_OWNER, does not answer, or the map names no owner, and retries with
 // jittered backoff until the request's context ends: NOT_OWNER with the
-// new map, RETRY and AMBIGUOUS as they were.
+// new map, RETRY and AMBIGUOUS as they were. Errors follow one convention
+// across the layers: a server's answer becomes a RemoteError that wraps
+// its errno; a gRPC error is mapped once, in requestError (the few that
+// refuse the request itself fail at once, the rest are retried); the
+// directory's errors arrive as its client's sentinels (directory.ErrNotFound
+// and the like, tested with errors.Is), never as directorypb codes.
+//
+// StatFS reports the cluster's capacity and use, the same for every file
+// system (capacity.go).
 //
 // FSClient is one session's (a mount's) client of one file system. Its
 // requests that are not idempotent (creates, links, removes, renames,
