@@ -216,6 +216,15 @@ func TestSilentClusterTimesOut(t *testing.T) {
 		t.Errorf("gave up after %v, want about --timeout 1.5s", d)
 	}
 	checkUserError(t, stderr, code, "list file systems", "timed out", "within --timeout")
+
+	// At --log-level debug the raw error comes first, gRPC's words and all.
+	stderr, _ = runCLI(t, "fs", "list", "--cluster", l.Addr().String(), "--timeout", "1s", "--log-level", "debug")
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	last := lines[len(lines)-1]
+	if !strings.Contains(stderr, `level=DEBUG msg="command failed" err=`) || !strings.Contains(stderr, "context deadline exceeded") ||
+		!strings.HasPrefix(last, "arbor: list file systems") || strings.Contains(last, "context deadline exceeded") {
+		t.Fatalf("with --log-level debug:\n%s", stderr)
+	}
 }
 
 // TestPlainWords checks the one mapping of gRPC status texts.
