@@ -154,7 +154,7 @@ func (ft *faultTargets) apply(ctx context.Context, a *app, req *faultspb.SetFaul
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, ft.timeout)
+	ctx, cancel := withStallTimeout(ctx, ft.timeout) // --timeout 0: never (policy.go)
 	defer cancel()
 	var states []*faultspb.FaultsState
 	var errs []error
