@@ -59,8 +59,10 @@ const readPage = `(() => {
 // TestDashboardInBrowser opens node 1's dashboard in headless Chromium on
 // a real 4-node cluster, checks that it shows every node alive and the
 // cluster healthy, kills node 4 while the page is open, and checks that
-// the page shows it dead and the cluster degraded. Each state is checked
-// in the DOM and in a full-page screenshot (the health badge's colour).
+// the page shows it dead and the cluster degraded; then kills node 1
+// itself and checks that the page says so and keeps its last picture.
+// Each state is checked in the DOM and in a full-page screenshot (the
+// health badge's colour).
 func TestDashboardInBrowser(t *testing.T) {
 	browser := findBrowser(t)
 	c := devclustertest.Start(t, devcluster.Options{
@@ -114,6 +116,21 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	img = screenshot(t, bctx, filepath.Join(dir, "dashboard-degraded.png"))
 	checkBadge(t, img, st.Badge, "amber", func(r, g, b float64) bool { return r > 130 && r > g+40 && g > b+40 })
+
+	// The node serving the page dies: the page says so and keeps its last
+	// picture of the cluster rather than blanking it.
+	if err := c.Kill(1); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("killed node 1 (SIGKILL), the node serving the page")
+	st = waitPage(t, bctx, 20*time.Second, "node unreachable, last picture kept", func(s pageState) bool {
+		return s.Status == "unreachable" && len(s.Alive) == 3 && len(s.Dead) == 1
+	})
+	if !strings.Contains(strings.ToLower(st.Banner), "node unreachable") {
+		t.Errorf("banner does not say the node is unreachable: %q", st.Banner)
+	}
+	img = screenshot(t, bctx, filepath.Join(dir, "dashboard-unreachable.png"))
+	checkBadge(t, img, st.Badge, "red", func(r, g, b float64) bool { return r > 150 && r > g+60 && r > b+60 })
 }
 
 // findBrowser returns the path of a Chromium, or skips the test without

@@ -21,8 +21,8 @@
 //
 // Invariants:
 //  1. Sampling costs nothing while nobody looks: the sampler runs only
-//     while /ui/api/ was requested within Options.IdleStop, and stops by
-//     itself after that.
+//     while /ui/api/ was requested within SamplerOptions.IdleStop, and
+//     stops by itself after that.
 //  2. Memory is bounded: the history holds at most Window/Step points and
 //     the sampler remembers one previous scrape per node, for at most
 //     maxTargets nodes; a scrape reads at most maxScrapeBytes.

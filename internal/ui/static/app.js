@@ -45,6 +45,8 @@ function fmtBytes(n) {
 function fmtNum(v, digits) {
   if (v === null || v === undefined || Number.isNaN(v)) return "–";
   if (Math.abs(v) >= 1000) return Math.round(v).toLocaleString("en");
+  // Sub-millisecond latencies keep two significant digits, not "0.0".
+  if (v !== 0 && Math.abs(v) < 0.1 && digits === undefined) return String(+v.toPrecision(2));
   return v.toFixed(digits === undefined ? 1 : digits);
 }
 
@@ -232,19 +234,36 @@ function renderFileSystems(ov) {
 }
 
 // chart draws series (arrays of [t, v|null]) over the last windowMs as an
-// SVG line chart; a null breaks the line (no calls, or no sample).
-function chart(id, series, windowMs, now) {
+// SVG line chart; a null breaks the line (no calls, or no sample). With
+// log set the y axis is logarithmic, one grid line a decade: latency
+// quantiles lie orders of magnitude apart, and a linear axis would flatten
+// all but the highest.
+function chart(id, series, windowMs, now, log) {
   const W = 600, H = 160, L = 44, R = 8, T = 8, B = 18;
-  let max = 0;
-  for (const s of series) for (const [, v] of s.points) if (v !== null && v > max) max = v;
-  max = niceMax(max);
+  let max = 0, min = Infinity;
+  for (const s of series) for (const [, v] of s.points) {
+    if (v !== null && v > max) max = v;
+    if (v !== null && v > 0 && v < min) min = v;
+  }
   const x = (t) => L + ((t - (now - windowMs)) / windowMs) * (W - L - R);
-  const y = (v) => H - B - (v / max) * (H - T - B);
+  let y, ticks;
+  if (log) {
+    const lo = Math.floor(Math.log10(Number.isFinite(min) ? min : 0.01));
+    const hi = Math.max(lo + 1, Math.ceil(Math.log10(max > 0 ? max : 1)));
+    y = (v) => H - B - ((Math.log10(Math.max(v, Math.pow(10, lo))) - lo) / (hi - lo)) * (H - T - B);
+    ticks = [];
+    const every = Math.ceil((hi - lo) / 4); // at most 5 lines
+    for (let e = lo; e <= hi; e += every) ticks.push(Math.pow(10, e));
+  } else {
+    max = niceMax(max);
+    y = (v) => H - B - (v / max) * (H - T - B);
+    ticks = [0, max / 2, max];
+  }
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none" });
-  for (const f of [0, 0.5, 1]) {
-    root.append(svg("line", { class: "axis", x1: L, x2: W - R, y1: y(max * f), y2: y(max * f) }));
-    const label = svg("text", { x: L - 4, y: y(max * f) + 3, "text-anchor": "end" });
-    label.textContent = fmtNum(max * f, max * f < 10 ? 1 : 0);
+  for (const v of ticks) {
+    root.append(svg("line", { class: "axis", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
+    const label = svg("text", { x: L - 4, y: y(v) + 3, "text-anchor": "end" });
+    label.textContent = v < 1 && v > 0 ? String(+v.toPrecision(1)) : fmtNum(v, v < 10 ? 1 : 0);
     root.append(label);
   }
   for (const m of [windowMs, windowMs / 2, 0]) {
@@ -287,13 +306,13 @@ function renderCharts(h) {
   const pts = h.points || [];
   chart("chart-ops", [
     { name: "ops/s", color: "#1a73e8", points: pts.map((p) => [p.t, p.ops]) },
-    { name: "errors/s", color: "#c5221f", points: pts.map((p) => [p.t, p.errors]) },
+    { name: "not OK/s", color: "#c5221f", points: pts.map((p) => [p.t, p.errors]) },
   ], h.window_ms, now);
   const colors = ["#1e8e3e", "#f9ab00", "#c5221f"];
   chart("chart-lat", (h.quantiles || []).map((q, i) => ({
     name: `p${Math.round(q * 100)}`, color: colors[i % colors.length],
     points: pts.map((p) => [p.t, (p.latency_ms || [])[i] ?? null]),
-  })), h.window_ms, now);
+  })), h.window_ms, now, true);
   const note = byId("charts-note");
   note.textContent = h.error ? h.error : pts.length ? `${pts[pts.length - 1].nodes} nodes, every ${h.step_ms / 1000} s`
     : "sampling started; the first points come in a few seconds";
@@ -311,7 +330,9 @@ async function fetchJSON(path, timeoutMs) {
     if (!r.ok && !body.directory) throw new Error(body.error || `HTTP ${r.status}`);
     return body;
   } catch (e) {
-    throw new Error(e.name === "AbortError" ? `no answer within ${timeoutMs / 1000} s` : e.message);
+    // fetch rejects with a TypeError when no connection could be made.
+    throw new Error(e.name === "AbortError" ? `no answer within ${timeoutMs / 1000} s`
+      : e instanceof TypeError ? "connection failed" : e.message);
   } finally {
     clearTimeout(timer);
   }
