@@ -154,5 +154,8 @@ func printDevCluster(a *app, c *devcluster.Cluster) {
 			n.ID, n.PID, n.Addr, n.HTTPAddr, strings.Join(n.Roles, ","), n.LogPath)
 	}
 	fmt.Fprintf(w, "clients: --dir %s, or --cluster %s, or export %s=%s\n", c.Dir(), addrs, clusterEnv, addrs)
+	if len(nodes) > 0 {
+		fmt.Fprintf(w, "dashboard: http://%s/ui/ (every node serves it on its http address)\n", nodes[0].HTTPAddr)
+	}
 	fmt.Fprintf(w, "running until SIGINT (Ctrl-C) or SIGTERM; started %s\n", time.Now().Format(time.TimeOnly))
 }
