@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/directory"
@@ -115,7 +113,7 @@ func (g *Gatherer) Gather(ctx context.Context) (Overview, error) {
 			o.TLT.TLTView, err = FetchTLT(ctx, dir, tc)
 		}
 		switch {
-		case status.Code(err) == codes.NotFound:
+		case directory.IsNotFound(err):
 			// A new cluster: the directory installs the first TLT once
 			// enough storage nodes have registered.
 			o.TLT.Error = "no TLT is installed yet: the blob store waits for enough storage nodes to register"
