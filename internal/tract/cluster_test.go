@@ -334,7 +334,7 @@ func TestClusterBlobs(t *testing.T) {
 	t.Run("delete", func(t *testing.T) {
 		h.arbor(false, "blob", "rm", blobs[0][0])
 		out := h.arbor(true, "blob", "stat", blobs[0][0])
-		if !strings.Contains(out, "BLOB_NOT_FOUND") {
+		if !strings.Contains(out, "does not exist") {
 			t.Fatalf("stat of a deleted blob: %s", out)
 		}
 		time.Sleep(1100 * time.Millisecond) // the orphan grace
@@ -501,9 +501,9 @@ func badInput(t *testing.T, h *harness, id string) {
 		args []string
 		want string
 	}{
-		{[]string{"blob", "get", unknown, filepath.Join(t.TempDir(), "x")}, "BLOB_NOT_FOUND"},
+		{[]string{"blob", "get", unknown, filepath.Join(t.TempDir(), "x")}, "does not exist"},
 		{[]string{"blob", "stat", "not-a-blob-id"}, "want 32 hexadecimal digits"},
-		{[]string{"blob", "rm", unknown}, "BLOB_NOT_FOUND"},
+		{[]string{"blob", "rm", unknown}, "does not exist"},
 		{[]string{"blob", "put", "/nonexistent/file"}, "no such file"},
 		{[]string{"blob", "verify", unknown}, "no record"},
 	} {
