@@ -19,9 +19,17 @@ type TractLengther interface {
 type CheckOptions struct {
 	// Data reads every referenced tract (else only their lengths).
 	Data bool
-	// Progress, if set, is told what the check is doing.
+	// Progress, if set, is told what the check is doing: its stage
+	// ("load": stored keys, each version one; "views"; then "blobs"), and
+	// how far it got in it (total 0: not known yet). Each stage ends with a
+	// call where done == total.
 	Progress func(stage string, done, total int)
 }
+
+// checkLoadReport is how many keys Check loads between two reports of
+// its progress: often enough for a bar to move on a small file system,
+// rarely enough to cost nothing next to the scan.
+const checkLoadReport = 64
 
 // maxCheckProblems bounds the problems a report lists (it counts all).
 const maxCheckProblems = 200
@@ -114,6 +122,7 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 	// Load every versioned key.
 	var all []*checkKey
 	var cur *checkKey
+	loaded := 0 // stored keys (each version is one), what progress counts
 	from := k.objects()
 	err = f.meta.Scan(ctx, from, endOf(from), func(key, value []byte) error {
 		if isTableRecord(key) {
@@ -137,16 +146,17 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 			}
 			cur = &checkKey{prefix: bytes.Clone(prefix), t: t}
 			all = append(all, cur)
-			if len(all)%10000 == 0 {
-				progress("load", len(all), 0)
-			}
 		}
 		cur.vs = append(cur.vs, keyVersion{key: bytes.Clone(key), value: bytes.Clone(value), v: v})
+		if loaded++; loaded%checkLoadReport == 0 {
+			progress("load", loaded, 0)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	progress("load", loaded, loaded)
 	// Version invariants.
 	for _, ck := range all {
 		keep := neededVersions(ck.vs, live)
@@ -393,6 +403,7 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 			}
 		}
 	}
+	progress("views", len(views), len(views))
 	r.Tracts = len(referenced)
 	r.Blobs = len(blobs)
 	// The data store: every referenced tract is there, and nothing else.
@@ -402,6 +413,7 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 	}
 	lengther, _ := f.data.(TractLengther)
 	done := 0
+	progress("blobs", 0, len(blobs))
 	for g := range blobs {
 		done++
 		progress("blobs", done, len(blobs))

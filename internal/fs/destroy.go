@@ -21,6 +21,17 @@ type DestroyStats struct {
 // crash finishes the job; destroying a file system that has no superblock
 // removes whatever keys of f remain.
 func Destroy(ctx context.Context, meta MetaStore, data DataStore, f uint64) (DestroyStats, error) {
+	return DestroyProgress(ctx, meta, data, f, nil)
+}
+
+// DestroyProgress is Destroy telling progress, if set, its stage
+// ("blobs", then "keys") and how far it got in it: blobs deleted of all
+// found, keys deleted (total 0: the keys are not counted beforehand, which
+// would read them all twice).
+func DestroyProgress(ctx context.Context, meta MetaStore, data DataStore, f uint64, progress func(stage string, done, total int)) (DestroyStats, error) {
+	if progress == nil {
+		progress = func(string, int, int) {}
+	}
 	var st DestroyStats
 	if f == 0 {
 		return st, errors.New("fs: file system number 0 is reserved")
@@ -84,11 +95,13 @@ func Destroy(ctx context.Context, meta MetaStore, data DataStore, f uint64) (Des
 	if err != nil {
 		return st, fmt.Errorf("fs: list the blob queue of file system %d: %w", f, err)
 	}
+	progress("blobs", 0, len(blobs))
 	for g := range blobs {
 		if err := data.DeleteBlob(ctx, g); err != nil && !errors.Is(err, ErrBlobNotFound) {
 			return st, fmt.Errorf("fs: delete blob %s of file system %d: %w", g, f, err)
 		}
 		st.Blobs++
+		progress("blobs", st.Blobs, len(blobs))
 	}
 
 	// Keys, in batches, the superblock last.
@@ -125,6 +138,7 @@ func Destroy(ctx context.Context, meta MetaStore, data DataStore, f uint64) (Des
 				return st, fmt.Errorf("fs: delete keys of file system %d: %w", f, err)
 			}
 			st.Keys += len(part)
+			progress("keys", st.Keys, 0)
 		}
 	}
 	err = meta.Update(ctx, func(tx MetaTxn) error { return tx.Delete(sbKey) })
@@ -132,6 +146,7 @@ func Destroy(ctx context.Context, meta MetaStore, data DataStore, f uint64) (Des
 		return st, fmt.Errorf("fs: delete the superblock of file system %d: %w", f, err)
 	}
 	st.Keys++
+	progress("keys", st.Keys, st.Keys)
 	return st, nil
 }
 

@@ -245,6 +245,12 @@ func (f *FS) Sweep(ctx context.Context) (SweepStats, error) { return f.SweepRang
 // SweepRange is Sweep over the objects whose D is in r (a metadata server
 // sweeps its own tables).
 func (f *FS) SweepRange(ctx context.Context, r DRange) (SweepStats, error) {
+	return f.SweepRangeProgress(ctx, r, nil)
+}
+
+// SweepRangeProgress is SweepRange telling progress, if set, the stored
+// keys (each version one) swept so far (a long sweep's progress bar).
+func (f *FS) SweepRangeProgress(ctx context.Context, r DRange, progress func(keys int)) (SweepStats, error) {
 	var stats SweepStats
 	if f.readOnly {
 		return stats, syscall.EROFS
@@ -256,6 +262,7 @@ func (f *FS) SweepRange(ctx context.Context, r DRange) (SweepStats, error) {
 	from, to := f.keys.keysIn(spaceObjects, r)
 	var group []keyVersion
 	var groupPrefix []byte
+	scanned := 0
 	var errs []error
 	flushGroup := func() {
 		if len(group) == 0 {
@@ -284,6 +291,9 @@ func (f *FS) SweepRange(ctx context.Context, r DRange) (SweepStats, error) {
 			return err
 		}
 		group = append(group, keyVersion{key: bytes.Clone(key), value: bytes.Clone(value), v: v})
+		if scanned++; progress != nil {
+			progress(scanned)
+		}
 		return nil
 	})
 	flushGroup()
