@@ -96,6 +96,9 @@ func (s *Server) DeleteFileSystem(ctx context.Context, req *pb.DeleteFileSystemR
 		return &pb.DeleteFileSystemResponse{Error: errorToPB(fmt.Errorf("file system %q: %w", req.GetName(), directoryError(err)))}, nil
 	}
 	f := rec.GetNumber()
+	j := s.jobs.start(req.GetJob())
+	defer j.finish()
+	j.phaseStart("unmap tables", 1, 3, "steps", 2)
 	tabs, err := s.tablesOf(ctx, f)
 	if err != nil {
 		return &pb.DeleteFileSystemResponse{Error: errorToPB(err)}, nil
@@ -107,17 +110,19 @@ func (s *Server) DeleteFileSystem(ctx context.Context, req *pb.DeleteFileSystemR
 	}
 	if len(tabs) > 0 {
 		// No owner serves past its lease: after one, nothing writes.
+		j.set(1, 0)
 		if err := sleepCtx(ctx, s.cfg.LeaseDuration); err != nil {
 			return &pb.DeleteFileSystemResponse{Error: errorToPB(err)}, nil
 		}
 	}
+	j.set(2, 0)
 	s.mu.Lock()
 	if st := s.fss[f]; st != nil {
 		delete(s.fss, f)
 		st.st.close()
 	}
 	s.mu.Unlock()
-	stats, err := fs.Destroy(ctx, fs.BTreeMeta{Tree: s.tree()}, s.data(), f)
+	stats, err := fs.DestroyProgress(ctx, fs.BTreeMeta{Tree: s.tree()}, s.data(), f, destroyProgress(j))
 	if err != nil {
 		return &pb.DeleteFileSystemResponse{Error: errorToPB(err)}, nil
 	}
@@ -233,6 +238,12 @@ func (s *Server) completeFrozen(ctx context.Context, st *fsState) {
 // (a failed commit, the frozen-table poll). It returns the sum of what
 // they did.
 func (s *Server) tellOwners(ctx context.Context, f uint64, tabs []*dpb.Delegation, op pb.TablesRequest_Op) (*pb.TablesResponse, error) {
+	return s.tellOwnersJob(ctx, f, tabs, op, "")
+}
+
+// tellOwnersJob is tellOwners with the owners recording their progress
+// under job (empty: not recorded).
+func (s *Server) tellOwnersJob(ctx context.Context, f uint64, tabs []*dpb.Delegation, op pb.TablesRequest_Op, job string) (*pb.TablesResponse, error) {
 	owners := map[uint64][]*pb.TableAt{}
 	for _, d := range tabs {
 		if o := d.GetOwnerNode(); o != 0 {
@@ -244,7 +255,7 @@ func (s *Server) tellOwners(ctx context.Context, f uint64, tabs []*dpb.Delegatio
 	for o, owned := range owners {
 		var resp *pb.TablesResponse
 		var err error
-		req := &pb.TablesRequest{Fs: f, Op: op, Tables: owned}
+		req := &pb.TablesRequest{Fs: f, Op: op, Tables: owned, Job: job}
 		if o == s.cfg.Node {
 			resp, err = s.Tables(ctx, req)
 		} else {
@@ -313,15 +324,33 @@ func (s *Server) Tables(ctx context.Context, req *pb.TablesRequest) (*pb.TablesR
 			return &pb.TablesResponse{Error: errorToPB(err)}, nil
 		}
 		resp := &pb.TablesResponse{}
-		for _, t := range st.st.owned() {
-			stats, err := st.live.SweepRange(ctx, t.r)
+		owned := st.st.owned()
+		j := s.jobs.start(req.GetJob())
+		defer j.finish()
+		if j != nil {
+			var total uint64
+			for _, t := range owned {
+				_, keys, _ := st.st.cachedCounts(t.r)
+				total += keys
+			}
+			j.phaseStart("sweep", 1, 1, "keys", total)
+		}
+		var swept uint64 // keys of the tables swept before this one
+		for _, t := range owned {
+			var n int
+			stats, err := st.live.SweepRangeProgress(ctx, t.r, func(keys int) {
+				n = keys
+				j.set(swept+uint64(keys), 0)
+			})
 			if err != nil {
 				return &pb.TablesResponse{Error: errorToPB(fmt.Errorf("sweep table %d: %w", t.id, err))}, nil
 			}
+			swept += uint64(n)
 			resp.Versions += uint64(stats.Versions)
 			resp.Tracts += uint64(stats.Tracts)
 			resp.Blobs += uint64(stats.Blobs)
 		}
+		j.phaseDone()
 		return resp, nil
 	}
 	return &pb.TablesResponse{Error: errorToPB(invalidf("unknown tables operation %v", req.GetOp()))}, nil
@@ -330,14 +359,18 @@ func (s *Server) Tables(ctx context.Context, req *pb.TablesRequest) (*pb.TablesR
 // DeleteSnapshot deletes a snapshot: marked deleting in the superblock,
 // swept by the owner of every table, then its records removed.
 func (s *Server) DeleteSnapshot(ctx context.Context, req *pb.DeleteSnapshotRequest) (*pb.DeleteSnapshotResponse, error) {
-	resp, err := s.deleteSnapshot(ctx, req.GetFs(), req.GetNumber())
+	j := s.jobs.start(req.GetJob())
+	defer j.finish()
+	resp, err := s.deleteSnapshot(ctx, req.GetFs(), req.GetNumber(), j, req.GetJob())
 	if err != nil {
 		return &pb.DeleteSnapshotResponse{Error: errorToPB(err)}, nil
 	}
 	return resp, nil
 }
 
-func (s *Server) deleteSnapshot(ctx context.Context, f, n uint64) (*pb.DeleteSnapshotResponse, error) {
+// j records its progress (nil: none); owners record their sweeps under
+// job, which j's Progress adds up.
+func (s *Server) deleteSnapshot(ctx context.Context, f, n uint64, j *job, jobID string) (*pb.DeleteSnapshotResponse, error) {
 	if n == 0 {
 		return nil, invalidf("snapshot 0 is the live file system")
 	}
@@ -355,9 +388,11 @@ func (s *Server) deleteSnapshot(ctx context.Context, f, n uint64) (*pb.DeleteSna
 	if !slices.ContainsFunc(rec.GetSnapshots(), func(sn *dpb.Snapshot) bool { return sn.GetNumber() == n }) {
 		return nil, fmt.Errorf("file system %d has no snapshot %d: %w", f, n, syscall.ENOENT)
 	}
+	j.phaseStart("mark deleting", 1, 3, "steps", 1)
 	if err := st.direct.MarkSnapshotDeleting(ctx, n); err != nil {
 		return nil, err
 	}
+	j.set(1, 0)
 	tabs, err := s.tablesOf(ctx, f)
 	if err != nil {
 		return nil, err
@@ -367,18 +402,25 @@ func (s *Server) deleteSnapshot(ctx context.Context, f, n uint64) (*pb.DeleteSna
 			return nil, fmt.Errorf("%w: table %d has no owner to sweep it now", errRetry, d.GetTableId())
 		}
 	}
-	sum, err := s.tellOwners(ctx, f, tabs, pb.TablesRequest_SWEEP)
+	j.phaseStart("sweep", 2, 3, "keys", 0)
+	for o := range tableOwners(tabs) {
+		j.addOwner(o)
+	}
+	sum, err := s.tellOwnersJob(ctx, f, tabs, pb.TablesRequest_SWEEP, sweepJob(jobID))
 	if err != nil {
 		// An owner that did not sweep (it died, the table moved): the
 		// client asks again, and every step is idempotent.
 		return nil, fmt.Errorf("%w: sweep for snapshot %d: %v", errRetry, n, err)
 	}
+	j.phaseStart("remove records", 3, 3, "steps", 2)
 	if err := st.direct.RemoveSnapshotRecord(ctx, n); err != nil {
 		return nil, err
 	}
+	j.set(1, 0)
 	if _, err := s.cfg.Directory.DeleteSnapshot(ctx, &dpb.DeleteSnapshotRequest{FileSystem: f, Snapshot: n}); err != nil && !directory.IsNotFound(err) {
 		return nil, fmt.Errorf("delete the directory record of snapshot %d: %w", n, err)
 	}
+	j.set(2, 0)
 	return &pb.DeleteSnapshotResponse{Versions: sum.GetVersions(), Tracts: sum.GetTracts(), Blobs: sum.GetBlobs()}, nil
 }
 
@@ -388,6 +430,12 @@ func (s *Server) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResp
 	st, err := s.fsOf(ctx, req.GetFs())
 	if err != nil {
 		return &pb.CheckResponse{Error: errorToPB(err)}, nil
+	}
+	j := s.jobs.start(req.GetJob())
+	defer j.finish()
+	var keys uint64
+	if j != nil {
+		keys = s.fsKeyEstimate(ctx, req.GetFs())
 	}
 	// The check is not atomic: background work that was under way as it
 	// read (an orphan reclaimed after an early-answered unlink, a commit)
@@ -400,7 +448,8 @@ func (s *Server) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResp
 				return &pb.CheckResponse{Error: errorToPB(err)}, nil
 			}
 		}
-		if rep, err = st.direct.Check(ctx, fs.CheckOptions{Data: req.GetData()}); err != nil {
+		opts := fs.CheckOptions{Data: req.GetData(), Progress: checkProgress(j, keys, pass)}
+		if rep, err = st.direct.Check(ctx, opts); err != nil {
 			return &pb.CheckResponse{Error: errorToPB(err)}, nil
 		}
 	}

@@ -61,7 +61,9 @@ func (s *Server) ownedDelegation(ctx context.Context, id uint64) (*dpb.Delegatio
 // MoveTable implements pb.MetaServer: the owner hands a table to another
 // live metadata server.
 func (s *Server) MoveTable(ctx context.Context, req *pb.MoveTableRequest) (*pb.MoveTableResponse, error) {
-	d, err := s.moveTable(ctx, req.GetTable(), req.GetNode())
+	j := s.jobs.start(req.GetJob())
+	defer j.finish()
+	d, err := s.moveTableJob(ctx, req.GetTable(), req.GetNode(), j)
 	if err != nil {
 		return &pb.MoveTableResponse{Error: errorToPB(err)}, nil
 	}
@@ -69,6 +71,21 @@ func (s *Server) MoveTable(ctx context.Context, req *pb.MoveTableRequest) (*pb.M
 }
 
 func (s *Server) moveTable(ctx context.Context, id, to uint64) (*dpb.Delegation, error) {
+	return s.moveTableJob(ctx, id, to, nil)
+}
+
+// moveSteps are a move's steps, as its progress shows them.
+var moveSteps = []string{"check the target", "freeze and flush", "hand off", "drop"}
+
+// moveStep records that a move is at step i (from 0) of moveSteps.
+func moveStep(j *job, i int) {
+	j.phaseStart(moveSteps[i], i+1, len(moveSteps), "steps", uint64(len(moveSteps)))
+	j.set(uint64(i), 0)
+}
+
+// moveTableJob is moveTable recording its steps in j (nil: not recorded).
+func (s *Server) moveTableJob(ctx context.Context, id, to uint64, j *job) (*dpb.Delegation, error) {
+	moveStep(j, 0)
 	if to == 0 {
 		return nil, invalidf("move table %d: no target node", id)
 	}
@@ -87,24 +104,27 @@ func (s *Server) moveTable(ctx context.Context, id, to uint64) (*dpb.Delegation,
 		return nil, invalidf("move table %d to node %d: the node is %s and runs %v; a table goes only to a live metadata server",
 			id, to, directory.StateName(target.GetState()), target.GetRoles())
 	}
-	nd, err := s.handOver(ctx, st, d, to)
+	nd, err := s.handOver(ctx, st, d, to, j)
 	if err != nil {
 		return nil, err
 	}
+	j.set(uint64(len(moveSteps)), 0)
 	s.log.Info("moved a table", "table", id, "fs", d.GetFileSystem(), "to", to, "epoch", nd.GetEpoch())
 	s.tellFollow(ctx, to)
 	return nd, nil
 }
 
 // handOver stops serving table d and gives it to node to in the map.
-func (s *Server) handOver(ctx context.Context, st *fsState, d *dpb.Delegation, to uint64) (*dpb.Delegation, error) {
+func (s *Server) handOver(ctx context.Context, st *fsState, d *dpb.Delegation, to uint64, j *job) (*dpb.Delegation, error) {
 	id := d.GetTableId()
 	s.servingMu.Lock()
 	defer s.servingMu.Unlock()
+	moveStep(j, 1)
 	resume, err := st.st.pause(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	moveStep(j, 2)
 	nd, err := s.cfg.Directory.SetDelegation(ctx, &dpb.SetDelegationRequest{TableId: id, FileSystem: d.GetFileSystem(),
 		StartKey: d.GetStartKey(), EndKey: d.GetEndKey(), OwnerNode: to,
 		LeaseDurationMs: s.cfg.LeaseDuration.Milliseconds(), ExpectedEpoch: d.GetEpoch()})
@@ -115,6 +135,7 @@ func (s *Server) handOver(ctx context.Context, st *fsState, d *dpb.Delegation, t
 	s.leaseMu.Lock()
 	delete(s.leases, id)
 	s.leaseMu.Unlock()
+	moveStep(j, 3)
 	st.st.drop(ctx, id)
 	return nd, nil
 }

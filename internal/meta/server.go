@@ -126,6 +126,9 @@ type Server struct {
 	// capacity is the cluster's capacity statfs reports (capacity.go).
 	capacity capacityCache
 
+	// jobs: the progress of the long requests under way (progress.go).
+	jobs jobTable
+
 	stores atomic.Pointer[stores]
 
 	// ctx ends when the server stops: it bounds all background work.

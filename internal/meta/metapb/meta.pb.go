@@ -2958,8 +2958,11 @@ func (x *FileSystemResponse) GetCreated() bool {
 }
 
 type DeleteFileSystemRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// A client-chosen id under which the server records how far it got
+	// (Progress); empty: none recorded.
+	Job           string `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2997,6 +3000,13 @@ func (*DeleteFileSystemRequest) Descriptor() ([]byte, []int) {
 func (x *DeleteFileSystemRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteFileSystemRequest) GetJob() string {
+	if x != nil {
+		return x.Job
 	}
 	return ""
 }
@@ -3174,9 +3184,11 @@ func (x *CreateSnapshotResponse) GetNumber() uint64 {
 }
 
 type DeleteSnapshotRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Fs            uint64                 `protobuf:"varint,1,opt,name=fs,proto3" json:"fs,omitempty"`
-	Number        uint64                 `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Fs     uint64                 `protobuf:"varint,1,opt,name=fs,proto3" json:"fs,omitempty"`
+	Number uint64                 `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	// As DeleteFileSystemRequest's.
+	Job           string `protobuf:"bytes,3,opt,name=job,proto3" json:"job,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3223,6 +3235,13 @@ func (x *DeleteSnapshotRequest) GetNumber() uint64 {
 		return x.Number
 	}
 	return 0
+}
+
+func (x *DeleteSnapshotRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
 }
 
 type DeleteSnapshotResponse struct {
@@ -3294,9 +3313,11 @@ func (x *DeleteSnapshotResponse) GetBlobs() uint64 {
 }
 
 type CheckRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Fs            uint64                 `protobuf:"varint,1,opt,name=fs,proto3" json:"fs,omitempty"`
-	Data          bool                   `protobuf:"varint,2,opt,name=data,proto3" json:"data,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Fs    uint64                 `protobuf:"varint,1,opt,name=fs,proto3" json:"fs,omitempty"`
+	Data  bool                   `protobuf:"varint,2,opt,name=data,proto3" json:"data,omitempty"`
+	// As DeleteFileSystemRequest's.
+	Job           string `protobuf:"bytes,3,opt,name=job,proto3" json:"job,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3343,6 +3364,13 @@ func (x *CheckRequest) GetData() bool {
 		return x.Data
 	}
 	return false
+}
+
+func (x *CheckRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
 }
 
 type CheckResponse struct {
@@ -3849,9 +3877,11 @@ func (x *TableStatsResponse) GetTables() []*TableStats {
 }
 
 type MoveTableRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Table         uint64                 `protobuf:"varint,1,opt,name=table,proto3" json:"table,omitempty"`
-	Node          uint64                 `protobuf:"varint,2,opt,name=node,proto3" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Table uint64                 `protobuf:"varint,1,opt,name=table,proto3" json:"table,omitempty"`
+	Node  uint64                 `protobuf:"varint,2,opt,name=node,proto3" json:"node,omitempty"`
+	// As DeleteFileSystemRequest's.
+	Job           string `protobuf:"bytes,3,opt,name=job,proto3" json:"job,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3898,6 +3928,13 @@ func (x *MoveTableRequest) GetNode() uint64 {
 		return x.Node
 	}
 	return 0
+}
+
+func (x *MoveTableRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
 }
 
 type MoveTableResponse struct {
@@ -4074,7 +4111,10 @@ type TablesRequest struct {
 	// owning. A SWEEP is refused unless the server serves every one of them
 	// (a table moved, or its owner restarted and has not taken it again):
 	// the caller asks again, so that no table is left unswept.
-	Tables        []*TableAt `protobuf:"bytes,3,rep,name=tables,proto3" json:"tables,omitempty"`
+	Tables []*TableAt `protobuf:"bytes,3,rep,name=tables,proto3" json:"tables,omitempty"`
+	// A SWEEP's owner records its progress under this id (the coordinator's
+	// job id), which the coordinator's Progress adds up.
+	Job           string `protobuf:"bytes,4,opt,name=job,proto3" json:"job,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4130,6 +4170,165 @@ func (x *TablesRequest) GetTables() []*TableAt {
 	return nil
 }
 
+func (x *TablesRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+// ProgressRequest asks how far the long request with client-chosen id job
+// (a Check, a deletion, a table move) got on this server.
+type ProgressRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProgressRequest) Reset() {
+	*x = ProgressRequest{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProgressRequest) ProtoMessage() {}
+
+func (x *ProgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProgressRequest.ProtoReflect.Descriptor instead.
+func (*ProgressRequest) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ProgressRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+// ProgressResponse is a long request's progress, counted by the work
+// itself: in phase (step of steps), done of total items (total 0: not
+// known), items being unit ("keys", "blobs", "steps").
+type ProgressResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False: this server has no record of the job (not started here yet,
+	// expired, or sent no job id).
+	Known bool   `protobuf:"varint,1,opt,name=known,proto3" json:"known,omitempty"`
+	Phase string `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	Step  uint32 `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
+	Steps uint32 `protobuf:"varint,4,opt,name=steps,proto3" json:"steps,omitempty"`
+	Done  uint64 `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	Total uint64 `protobuf:"varint,6,opt,name=total,proto3" json:"total,omitempty"`
+	Unit  string `protobuf:"bytes,7,opt,name=unit,proto3" json:"unit,omitempty"`
+	// The request finished (its answer is on the way).
+	Finished      bool `protobuf:"varint,8,opt,name=finished,proto3" json:"finished,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProgressResponse) Reset() {
+	*x = ProgressResponse{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProgressResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProgressResponse) ProtoMessage() {}
+
+func (x *ProgressResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProgressResponse.ProtoReflect.Descriptor instead.
+func (*ProgressResponse) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ProgressResponse) GetKnown() bool {
+	if x != nil {
+		return x.Known
+	}
+	return false
+}
+
+func (x *ProgressResponse) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *ProgressResponse) GetStep() uint32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ProgressResponse) GetSteps() uint32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *ProgressResponse) GetDone() uint64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *ProgressResponse) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ProgressResponse) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *ProgressResponse) GetFinished() bool {
+	if x != nil {
+		return x.Finished
+	}
+	return false
+}
+
 type TableAt struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Table         uint64                 `protobuf:"varint,1,opt,name=table,proto3" json:"table,omitempty"`
@@ -4140,7 +4339,7 @@ type TableAt struct {
 
 func (x *TableAt) Reset() {
 	*x = TableAt{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[55]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4152,7 +4351,7 @@ func (x *TableAt) String() string {
 func (*TableAt) ProtoMessage() {}
 
 func (x *TableAt) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[55]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4165,7 +4364,7 @@ func (x *TableAt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableAt.ProtoReflect.Descriptor instead.
 func (*TableAt) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{55}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TableAt) GetTable() uint64 {
@@ -4194,7 +4393,7 @@ type TablesResponse struct {
 
 func (x *TablesResponse) Reset() {
 	*x = TablesResponse{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[56]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4206,7 +4405,7 @@ func (x *TablesResponse) String() string {
 func (*TablesResponse) ProtoMessage() {}
 
 func (x *TablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[56]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4219,7 +4418,7 @@ func (x *TablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TablesResponse.ProtoReflect.Descriptor instead.
 func (*TablesResponse) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{56}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TablesResponse) GetError() *Error {
@@ -4482,9 +4681,10 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x16\n" +
 	"\x06number\x18\x02 \x01(\x04R\x06number\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
-	"\acreated\x18\x04 \x01(\bR\acreated\"-\n" +
+	"\acreated\x18\x04 \x01(\bR\acreated\"?\n" +
 	"\x17DeleteFileSystemRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x88\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\"\x88\x01\n" +
 	"\x18DeleteFileSystemResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x16\n" +
 	"\x06number\x18\x02 \x01(\x04R\x06number\x12\x12\n" +
@@ -4495,18 +4695,20 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\\\n" +
 	"\x16CreateSnapshotResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x16\n" +
-	"\x06number\x18\x02 \x01(\x04R\x06number\"?\n" +
+	"\x06number\x18\x02 \x01(\x04R\x06number\"Q\n" +
 	"\x15DeleteSnapshotRequest\x12\x0e\n" +
 	"\x02fs\x18\x01 \x01(\x04R\x02fs\x12\x16\n" +
-	"\x06number\x18\x02 \x01(\x04R\x06number\"\x8e\x01\n" +
+	"\x06number\x18\x02 \x01(\x04R\x06number\x12\x10\n" +
+	"\x03job\x18\x03 \x01(\tR\x03job\"\x8e\x01\n" +
 	"\x16DeleteSnapshotResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x1a\n" +
 	"\bversions\x18\x02 \x01(\x04R\bversions\x12\x16\n" +
 	"\x06tracts\x18\x03 \x01(\x04R\x06tracts\x12\x14\n" +
-	"\x05blobs\x18\x04 \x01(\x04R\x05blobs\"2\n" +
+	"\x05blobs\x18\x04 \x01(\x04R\x05blobs\"D\n" +
 	"\fCheckRequest\x12\x0e\n" +
 	"\x02fs\x18\x01 \x01(\x04R\x02fs\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\bR\x04data\"\\\n" +
+	"\x04data\x18\x02 \x01(\bR\x04data\x12\x10\n" +
+	"\x03job\x18\x03 \x01(\tR\x03job\"\\\n" +
 	"\rCheckResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x1f\n" +
 	"\vreport_json\x18\x02 \x01(\fR\n" +
@@ -4546,10 +4748,11 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x11TableStatsRequest\x12\x14\n" +
 	"\x05exact\x18\x01 \x01(\bR\x05exact\"G\n" +
 	"\x12TableStatsResponse\x121\n" +
-	"\x06tables\x18\x01 \x03(\v2\x19.arbor.meta.v1.TableStatsR\x06tables\"<\n" +
+	"\x06tables\x18\x01 \x03(\v2\x19.arbor.meta.v1.TableStatsR\x06tables\"N\n" +
 	"\x10MoveTableRequest\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\x04R\x05table\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\x04R\x04node\"U\n" +
+	"\x04node\x18\x02 \x01(\x04R\x04node\x12\x10\n" +
+	"\x03job\x18\x03 \x01(\tR\x03job\"U\n" +
 	"\x11MoveTableResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"9\n" +
@@ -4559,17 +4762,29 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x12SplitTableResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x1b\n" +
 	"\tnew_table\x18\x02 \x01(\x04R\bnewTable\x12\x0e\n" +
-	"\x02at\x18\x03 \x01(\x04R\x02at\"\xb5\x01\n" +
+	"\x02at\x18\x03 \x01(\x04R\x02at\"\xc7\x01\n" +
 	"\rTablesRequest\x12\x0e\n" +
 	"\x02fs\x18\x01 \x01(\x04R\x02fs\x12/\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1f.arbor.meta.v1.TablesRequest.OpR\x02op\x12.\n" +
-	"\x06tables\x18\x03 \x03(\v2\x16.arbor.meta.v1.TableAtR\x06tables\"3\n" +
+	"\x06tables\x18\x03 \x03(\v2\x16.arbor.meta.v1.TableAtR\x06tables\x12\x10\n" +
+	"\x03job\x18\x04 \x01(\tR\x03job\"3\n" +
 	"\x02Op\x12\v\n" +
 	"\aREFRESH\x10\x00\x12\t\n" +
 	"\x05SWEEP\x10\x01\x12\n" +
 	"\n" +
 	"\x06FOLLOW\x10\x02\x12\t\n" +
-	"\x05DRAIN\x10\x03\"5\n" +
+	"\x05DRAIN\x10\x03\"#\n" +
+	"\x0fProgressRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\"\xc2\x01\n" +
+	"\x10ProgressResponse\x12\x14\n" +
+	"\x05known\x18\x01 \x01(\bR\x05known\x12\x14\n" +
+	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\rR\x04step\x12\x14\n" +
+	"\x05steps\x18\x04 \x01(\rR\x05steps\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\x04R\x04done\x12\x14\n" +
+	"\x05total\x18\x06 \x01(\x04R\x05total\x12\x12\n" +
+	"\x04unit\x18\a \x01(\tR\x04unit\x12\x1a\n" +
+	"\bfinished\x18\b \x01(\bR\bfinished\"5\n" +
 	"\aTableAt\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\x04R\x05table\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x86\x01\n" +
@@ -4577,7 +4792,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x1a\n" +
 	"\bversions\x18\x02 \x01(\x04R\bversions\x12\x16\n" +
 	"\x06tracts\x18\x03 \x01(\x04R\x06tracts\x12\x14\n" +
-	"\x05blobs\x18\x04 \x01(\x04R\x05blobs2\xa3\x10\n" +
+	"\x05blobs\x18\x04 \x01(\x04R\x05blobs2\xf0\x10\n" +
 	"\x04Meta\x12C\n" +
 	"\x06Lookup\x12\x1c.arbor.meta.v1.LookupRequest\x1a\x1b.arbor.meta.v1.AttrResponse\x12E\n" +
 	"\aGetAttr\x12\x1d.arbor.meta.v1.GetAttrRequest\x1a\x1b.arbor.meta.v1.AttrResponse\x12E\n" +
@@ -4608,7 +4823,8 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\tMoveTable\x12\x1f.arbor.meta.v1.MoveTableRequest\x1a .arbor.meta.v1.MoveTableResponse\x12Q\n" +
 	"\n" +
 	"SplitTable\x12 .arbor.meta.v1.SplitTableRequest\x1a!.arbor.meta.v1.SplitTableResponse\x12E\n" +
-	"\x06Tables\x12\x1c.arbor.meta.v1.TablesRequest\x1a\x1d.arbor.meta.v1.TablesResponseB5Z3github.com/arbor-storage/arbor/internal/meta/metapbb\x06proto3"
+	"\x06Tables\x12\x1c.arbor.meta.v1.TablesRequest\x1a\x1d.arbor.meta.v1.TablesResponse\x12K\n" +
+	"\bProgress\x12\x1e.arbor.meta.v1.ProgressRequest\x1a\x1f.arbor.meta.v1.ProgressResponseB5Z3github.com/arbor-storage/arbor/internal/meta/metapbb\x06proto3"
 
 var (
 	file_internal_meta_metapb_meta_proto_rawDescOnce sync.Once
@@ -4623,7 +4839,7 @@ func file_internal_meta_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_meta_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(Error_Kind)(0),                  // 0: arbor.meta.v1.Error.Kind
 	(CreateRequest_Kind)(0),          // 1: arbor.meta.v1.CreateRequest.Kind
@@ -4684,8 +4900,10 @@ var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(*SplitTableRequest)(nil),        // 56: arbor.meta.v1.SplitTableRequest
 	(*SplitTableResponse)(nil),       // 57: arbor.meta.v1.SplitTableResponse
 	(*TablesRequest)(nil),            // 58: arbor.meta.v1.TablesRequest
-	(*TableAt)(nil),                  // 59: arbor.meta.v1.TableAt
-	(*TablesResponse)(nil),           // 60: arbor.meta.v1.TablesResponse
+	(*ProgressRequest)(nil),          // 59: arbor.meta.v1.ProgressRequest
+	(*ProgressResponse)(nil),         // 60: arbor.meta.v1.ProgressResponse
+	(*TableAt)(nil),                  // 61: arbor.meta.v1.TableAt
+	(*TablesResponse)(nil),           // 62: arbor.meta.v1.TablesResponse
 }
 var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	6,   // 0: arbor.meta.v1.Attr.handle:type_name -> arbor.meta.v1.Handle
@@ -4762,7 +4980,7 @@ var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	9,   // 71: arbor.meta.v1.MoveTableResponse.error:type_name -> arbor.meta.v1.Error
 	9,   // 72: arbor.meta.v1.SplitTableResponse.error:type_name -> arbor.meta.v1.Error
 	3,   // 73: arbor.meta.v1.TablesRequest.op:type_name -> arbor.meta.v1.TablesRequest.Op
-	59,  // 74: arbor.meta.v1.TablesRequest.tables:type_name -> arbor.meta.v1.TableAt
+	61,  // 74: arbor.meta.v1.TablesRequest.tables:type_name -> arbor.meta.v1.TableAt
 	9,   // 75: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
 	12,  // 76: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
 	13,  // 77: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
@@ -4791,35 +5009,37 @@ var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	54,  // 100: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
 	56,  // 101: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
 	58,  // 102: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
-	10,  // 103: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
-	10,  // 104: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
-	10,  // 105: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
-	10,  // 106: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
-	17,  // 107: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
-	10,  // 108: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
-	11,  // 109: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
-	11,  // 110: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
-	23,  // 111: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
-	25,  // 112: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
-	10,  // 113: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
-	11,  // 114: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
-	11,  // 115: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
-	29,  // 116: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
-	33,  // 117: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
-	36,  // 118: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
-	11,  // 119: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
-	51,  // 120: arbor.meta.v1.Meta.WaitSafe:output_type -> arbor.meta.v1.WaitSafeResponse
-	39,  // 121: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
-	41,  // 122: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
-	43,  // 123: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
-	45,  // 124: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
-	47,  // 125: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
-	53,  // 126: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
-	55,  // 127: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
-	57,  // 128: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
-	60,  // 129: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
-	103, // [103:130] is the sub-list for method output_type
-	76,  // [76:103] is the sub-list for method input_type
+	59,  // 103: arbor.meta.v1.Meta.Progress:input_type -> arbor.meta.v1.ProgressRequest
+	10,  // 104: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 105: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 106: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 107: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
+	17,  // 108: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
+	10,  // 109: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
+	11,  // 110: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
+	11,  // 111: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
+	23,  // 112: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
+	25,  // 113: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
+	10,  // 114: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
+	11,  // 115: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
+	11,  // 116: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
+	29,  // 117: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
+	33,  // 118: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
+	36,  // 119: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
+	11,  // 120: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
+	51,  // 121: arbor.meta.v1.Meta.WaitSafe:output_type -> arbor.meta.v1.WaitSafeResponse
+	39,  // 122: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
+	41,  // 123: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
+	43,  // 124: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
+	45,  // 125: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
+	47,  // 126: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
+	53,  // 127: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
+	55,  // 128: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
+	57,  // 129: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
+	62,  // 130: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
+	60,  // 131: arbor.meta.v1.Meta.Progress:output_type -> arbor.meta.v1.ProgressResponse
+	104, // [104:132] is the sub-list for method output_type
+	76,  // [76:104] is the sub-list for method input_type
 	76,  // [76:76] is the sub-list for extension type_name
 	76,  // [76:76] is the sub-list for extension extendee
 	0,   // [0:76] is the sub-list for field type_name
@@ -4836,7 +5056,7 @@ func file_internal_meta_metapb_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_meta_metapb_meta_proto_rawDesc), len(file_internal_meta_metapb_meta_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   57,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,7 @@ const (
 	Meta_MoveTable_FullMethodName        = "/arbor.meta.v1.Meta/MoveTable"
 	Meta_SplitTable_FullMethodName       = "/arbor.meta.v1.Meta/SplitTable"
 	Meta_Tables_FullMethodName           = "/arbor.meta.v1.Meta/Tables"
+	Meta_Progress_FullMethodName         = "/arbor.meta.v1.Meta/Progress"
 )
 
 // MetaClient is the client API for Meta service.
@@ -85,6 +86,7 @@ type MetaClient interface {
 	MoveTable(ctx context.Context, in *MoveTableRequest, opts ...grpc.CallOption) (*MoveTableResponse, error)
 	SplitTable(ctx context.Context, in *SplitTableRequest, opts ...grpc.CallOption) (*SplitTableResponse, error)
 	Tables(ctx context.Context, in *TablesRequest, opts ...grpc.CallOption) (*TablesResponse, error)
+	Progress(ctx context.Context, in *ProgressRequest, opts ...grpc.CallOption) (*ProgressResponse, error)
 }
 
 type metaClient struct {
@@ -365,6 +367,16 @@ func (c *metaClient) Tables(ctx context.Context, in *TablesRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *metaClient) Progress(ctx context.Context, in *ProgressRequest, opts ...grpc.CallOption) (*ProgressResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProgressResponse)
+	err := c.cc.Invoke(ctx, Meta_Progress_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MetaServer is the server API for Meta service.
 // All implementations must embed UnimplementedMetaServer
 // for forward compatibility.
@@ -396,6 +408,7 @@ type MetaServer interface {
 	MoveTable(context.Context, *MoveTableRequest) (*MoveTableResponse, error)
 	SplitTable(context.Context, *SplitTableRequest) (*SplitTableResponse, error)
 	Tables(context.Context, *TablesRequest) (*TablesResponse, error)
+	Progress(context.Context, *ProgressRequest) (*ProgressResponse, error)
 	mustEmbedUnimplementedMetaServer()
 }
 
@@ -486,6 +499,9 @@ func (UnimplementedMetaServer) SplitTable(context.Context, *SplitTableRequest) (
 }
 func (UnimplementedMetaServer) Tables(context.Context, *TablesRequest) (*TablesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Tables not implemented")
+}
+func (UnimplementedMetaServer) Progress(context.Context, *ProgressRequest) (*ProgressResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Progress not implemented")
 }
 func (UnimplementedMetaServer) mustEmbedUnimplementedMetaServer() {}
 func (UnimplementedMetaServer) testEmbeddedByValue()              {}
@@ -994,6 +1010,24 @@ func _Meta_Tables_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_Progress_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProgressRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Progress(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Progress_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Progress(ctx, req.(*ProgressRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meta_ServiceDesc is the grpc.ServiceDesc for Meta service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1108,6 +1142,10 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Tables",
 			Handler:    _Meta_Tables_Handler,
+		},
+		{
+			MethodName: "Progress",
+			Handler:    _Meta_Progress_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
