@@ -20,16 +20,16 @@ type CheckOptions struct {
 	// Data reads every referenced tract (else only their lengths).
 	Data bool
 	// Progress, if set, is told what the check is doing: its stage
-	// ("load": stored keys, each version one; "views"; then "blobs"), and
-	// how far it got in it (total 0: not known yet). Each stage ends with a
-	// call where done == total.
+	// ("load": the objects read, counted by their inodes; "views"; then
+	// "blobs"), and how far it got in it (total 0: not known yet). Each
+	// stage ends with a call where done == total.
 	Progress func(stage string, done, total int)
 }
 
-// checkLoadReport is how many keys Check loads between two reports of
+// checkLoadReport is how many inodes Check loads between two reports of
 // its progress: often enough for a bar to move on a small file system,
 // rarely enough to cost nothing next to the scan.
-const checkLoadReport = 64
+const checkLoadReport = 16
 
 // maxCheckProblems bounds the problems a report lists (it counts all).
 const maxCheckProblems = 200
@@ -122,7 +122,7 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 	// Load every versioned key.
 	var all []*checkKey
 	var cur *checkKey
-	loaded := 0 // stored keys (each version is one), what progress counts
+	loaded := 0 // inodes read, what progress counts (a metadata server keeps their count)
 	from := k.objects()
 	err = f.meta.Scan(ctx, from, endOf(from), func(key, value []byte) error {
 		if isTableRecord(key) {
@@ -146,11 +146,13 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 			}
 			cur = &checkKey{prefix: bytes.Clone(prefix), t: t}
 			all = append(all, cur)
+			if _, ok := InodePrefix(key); ok {
+				if loaded++; loaded%checkLoadReport == 0 {
+					progress("load", loaded, 0)
+				}
+			}
 		}
 		cur.vs = append(cur.vs, keyVersion{key: bytes.Clone(key), value: bytes.Clone(value), v: v})
-		if loaded++; loaded%checkLoadReport == 0 {
-			progress("load", loaded, 0)
-		}
 		return nil
 	})
 	if err != nil {

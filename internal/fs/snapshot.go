@@ -248,8 +248,9 @@ func (f *FS) SweepRange(ctx context.Context, r DRange) (SweepStats, error) {
 	return f.SweepRangeProgress(ctx, r, nil)
 }
 
-// SweepRangeProgress is SweepRange telling progress, if set, the stored
-// keys (each version one) swept so far (a long sweep's progress bar).
+// SweepRangeProgress is SweepRange telling progress, if set, the objects
+// swept so far, counted by their inodes (a metadata server keeps their
+// count, a long sweep's total).
 func (f *FS) SweepRangeProgress(ctx context.Context, r DRange, progress func(keys int)) (SweepStats, error) {
 	var stats SweepStats
 	if f.readOnly {
@@ -262,7 +263,7 @@ func (f *FS) SweepRangeProgress(ctx context.Context, r DRange, progress func(key
 	from, to := f.keys.keysIn(spaceObjects, r)
 	var group []keyVersion
 	var groupPrefix []byte
-	scanned := 0
+	inodes := 0
 	var errs []error
 	flushGroup := func() {
 		if len(group) == 0 {
@@ -285,15 +286,16 @@ func (f *FS) SweepRangeProgress(ctx context.Context, r DRange, progress func(key
 		if !bytes.Equal(prefix, groupPrefix) {
 			flushGroup()
 			groupPrefix = bytes.Clone(prefix)
+			if _, ok := InodePrefix(key); ok && progress != nil {
+				inodes++
+				progress(inodes)
+			}
 		}
 		v, _, err := parseVersion(s, value)
 		if err != nil {
 			return err
 		}
 		group = append(group, keyVersion{key: bytes.Clone(key), value: bytes.Clone(value), v: v})
-		if scanned++; progress != nil {
-			progress(scanned)
-		}
 		return nil
 	})
 	flushGroup()

@@ -330,17 +330,17 @@ func (s *Server) Tables(ctx context.Context, req *pb.TablesRequest) (*pb.TablesR
 		if j != nil {
 			var total uint64
 			for _, t := range owned {
-				_, keys, _ := st.st.cachedCounts(t.r)
-				total += keys
+				inodes, _, _ := st.st.cachedCounts(t.r)
+				total += inodes
 			}
-			j.phaseStart("sweep", 1, 1, "keys", total)
+			j.phaseStart("sweep", 1, 1, "inodes", total)
 		}
-		var swept uint64 // keys of the tables swept before this one
+		var swept uint64 // inodes of the tables swept before this one
 		for _, t := range owned {
 			var n int
-			stats, err := st.live.SweepRangeProgress(ctx, t.r, func(keys int) {
-				n = keys
-				j.set(swept+uint64(keys), 0)
+			stats, err := st.live.SweepRangeProgress(ctx, t.r, func(inodes int) {
+				n = inodes
+				j.set(swept+uint64(inodes), 0)
 			})
 			if err != nil {
 				return &pb.TablesResponse{Error: errorToPB(fmt.Errorf("sweep table %d: %w", t.id, err))}, nil
@@ -402,7 +402,7 @@ func (s *Server) deleteSnapshot(ctx context.Context, f, n uint64, j *job, jobID 
 			return nil, fmt.Errorf("%w: table %d has no owner to sweep it now", errRetry, d.GetTableId())
 		}
 	}
-	j.phaseStart("sweep", 2, 3, "keys", 0)
+	j.phaseStart("sweep", 2, 3, "inodes", 0)
 	for o := range tableOwners(tabs) {
 		j.addOwner(o)
 	}
@@ -433,9 +433,9 @@ func (s *Server) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResp
 	}
 	j := s.jobs.start(req.GetJob())
 	defer j.finish()
-	var keys uint64
+	var inodes uint64
 	if j != nil {
-		keys = s.fsKeyEstimate(ctx, req.GetFs())
+		inodes = s.fsInodeEstimate(ctx, req.GetFs())
 	}
 	// The check is not atomic: background work that was under way as it
 	// read (an orphan reclaimed after an early-answered unlink, a commit)
@@ -448,7 +448,7 @@ func (s *Server) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResp
 				return &pb.CheckResponse{Error: errorToPB(err)}, nil
 			}
 		}
-		opts := fs.CheckOptions{Data: req.GetData(), Progress: checkProgress(j, keys, pass)}
+		opts := fs.CheckOptions{Data: req.GetData(), Progress: checkProgress(j, inodes, pass)}
 		if rep, err = st.direct.Check(ctx, opts); err != nil {
 			return &pb.CheckResponse{Error: errorToPB(err)}, nil
 		}

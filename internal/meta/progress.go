@@ -129,17 +129,6 @@ func (j *job) set(done, total uint64) {
 	j.updated = time.Now()
 }
 
-// add advances the phase by n.
-func (j *job) add(n uint64) {
-	if j == nil {
-		return
-	}
-	j.mu.Lock()
-	done := j.done + n
-	j.mu.Unlock()
-	j.set(done, 0)
-}
-
 // phaseDone ends the phase: its total is what it counted.
 func (j *job) phaseDone() {
 	if j == nil {
@@ -247,12 +236,13 @@ func tableOwners(tabs []*dpb.Delegation) map[uint64]bool {
 }
 
 // checkStages are fs.Check's stages in order, with what each counts.
-var checkStages = []struct{ name, unit string }{{"load", "keys"}, {"views", "views"}, {"blobs", "blobs"}}
+var checkStages = []struct{ name, unit string }{{"load", "inodes"}, {"views", "views"}, {"blobs", "blobs"}}
 
-// checkProgress returns fs.CheckOptions.Progress recording into j, keys
-// the estimated keys of the file system (the load stage's total, 0: not
-// known), pass the check's pass (a recheck starts its stages again).
-func checkProgress(j *job, keys uint64, pass int) func(stage string, done, total int) {
+// checkProgress returns fs.CheckOptions.Progress recording into j, inodes
+// the file system's inodes as its servers count them (the load stage's
+// total, 0: not known), pass the check's pass (a recheck starts its
+// stages again).
+func checkProgress(j *job, inodes uint64, pass int) func(stage string, done, total int) {
 	if j == nil {
 		return nil
 	}
@@ -267,7 +257,7 @@ func checkProgress(j *job, keys uint64, pass int) func(stage string, done, total
 				}
 			}
 			if stage == "load" {
-				est = keys
+				est = inodes
 			}
 			phase := stage
 			if pass > 0 {
@@ -299,15 +289,17 @@ func destroyProgress(j *job) func(stage string, done, total int) {
 	}
 }
 
-// fsKeyEstimate returns the keys of file system f the metadata servers
-// hold in their caches: a lower bound of its keys, and the total a bar
-// shows until the walk counts them all (0: no server answered).
-func (s *Server) fsKeyEstimate(ctx context.Context, f uint64) uint64 {
+// fsInodeEstimate returns the inodes of file system f as its tables'
+// owners count them (incrementally, in their caches): the total a bar
+// shows until the walk counts them all (0: no server answered). The
+// walk may count more (inodes only snapshots keep, units not cached);
+// the job's total then grows with its count.
+func (s *Server) fsInodeEstimate(ctx context.Context, f uint64) uint64 {
 	nodes, err := s.peers.list(ctx, false)
 	if err != nil {
 		return 0
 	}
-	var keys uint64
+	var inodes uint64
 	for _, n := range metaNodes(nodes) {
 		var resp *pb.TableStatsResponse
 		if n.GetId() == s.cfg.Node {
@@ -321,13 +313,13 @@ func (s *Server) fsKeyEstimate(ctx context.Context, f uint64) uint64 {
 			cancel()
 		}
 		if err != nil {
-			continue // its tables' keys are left out of the estimate
+			continue // its tables' inodes are left out of the estimate
 		}
 		for _, t := range resp.GetTables() {
 			if t.GetFs() == f {
-				keys += t.GetKeys()
+				inodes += t.GetInodes()
 			}
 		}
 	}
-	return keys
+	return inodes
 }
