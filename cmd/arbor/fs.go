@@ -153,8 +153,8 @@ and its directory record. It must not be mounted.`,
 					return err
 				}
 				var st *mpb.DeleteFileSystemResponse
-				err = a.longJobShown(ctx, deleteProgress, "delete", func() (err error) {
-					st, err = c.Meta().DeleteFileSystem(ctx, f.GetName())
+				err = a.longJobWatched(ctx, deleteProgress, "delete", func(w meta.Watch) (err error) {
+					st, err = c.Meta().DeleteFileSystemWatch(ctx, f.GetName(), w)
 					return err
 				})
 				if err != nil {
@@ -242,8 +242,8 @@ changes and is readable with arbor mount FS DIR --snapshot NAME (read only).`,
 					return err
 				}
 				var st *mpb.DeleteSnapshotResponse
-				err = a.longJobShown(ctx, deleteProgress, "delete", func() (err error) {
-					st, err = c.Meta().DeleteSnapshot(ctx, f.GetNumber(), sn.GetNumber())
+				err = a.longJobWatched(ctx, deleteProgress, "delete", func(w meta.Watch) (err error) {
+					st, err = c.Meta().DeleteSnapshotWatch(ctx, f.GetNumber(), sn.GetNumber(), w)
 					return err
 				})
 				if err != nil {
@@ -281,8 +281,8 @@ made during the check may show as problems.`,
 					return err
 				}
 				var r *fs.CheckReport
-				err = a.longJobShown(ctx, progressFlag, "fsck", func() (err error) {
-					r, err = c.Meta().Check(ctx, f.GetNumber(), data)
+				err = a.longJobWatched(ctx, progressFlag, "fsck", func(w meta.Watch) (err error) {
+					r, err = c.Meta().CheckWatch(ctx, f.GetNumber(), data, w)
 					return err
 				})
 				if err != nil {

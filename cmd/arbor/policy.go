@@ -142,18 +142,6 @@ func longJob(ctx context.Context, job func() error) error {
 	return job()
 }
 
-// longJobShown runs job as longJob does, showing that it is under way
-// (startWaiting) as the --progress value mode says.
-func (a *app) longJobShown(ctx context.Context, mode, label string, job func() error) error {
-	m, err := parseProgressMode(mode)
-	if err != nil {
-		return err
-	}
-	stop := startWaiting(a.stderr, m, label)
-	defer stop()
-	return longJob(ctx, job)
-}
-
 // Bounds of probeCluster.
 const (
 	// probeDialTimeout bounds one TCP connection attempt: a silent

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/arbor-storage/arbor/internal/client"
+	"github.com/arbor-storage/arbor/internal/meta"
 	"github.com/arbor-storage/arbor/internal/overview"
 )
 
@@ -96,8 +97,8 @@ ones split on their own.`,
 			}
 			return a.fsCommand(cmd, &moveF, func(ctx context.Context, c *client.Cluster) error {
 				var epoch uint64
-				err := a.longJobShown(ctx, moveProgress, "move", func() (err error) {
-					epoch, err = c.Meta().MoveTable(ctx, id, node)
+				err := a.longJobWatched(ctx, moveProgress, "move", func(w meta.Watch) (err error) {
+					epoch, err = c.Meta().MoveTableWatch(ctx, id, node, w)
 					return err
 				})
 				if err != nil {
