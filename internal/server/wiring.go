@@ -398,8 +398,10 @@ func diskCapacity(path string) uint64 {
 }
 
 // diskStats returns the space of the file systems holding the node's
-// disks: their sizes summed, and the bytes an unprivileged writer could
-// still use. A disk whose file system cannot be read counts for nothing.
+// disks, summed: what an unprivileged writer could fill (the blocks the
+// file system reserves for root are left out of the capacity, as they are
+// of what is free) and what of it is still free. A disk whose file system
+// cannot be read counts for nothing.
 func diskStats(disks []string) *pb.MemberStats {
 	st := &pb.MemberStats{}
 	for _, d := range disks {
