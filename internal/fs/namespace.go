@@ -1160,9 +1160,13 @@ const statFSBlockBytes = 4096
 
 // nominalStatFSCount is what statfs reports for a count the file system
 // does not know: block counts when nobody supplied the cluster's capacity
-// (WithCapacity), and always the inode counts, since no file system keeps
-// a count of its objects (one counter in every create and remove would
-// make them all conflict) and handles never run out (layout.go).
+// (WithCapacity), and always the inode counts: handles never run out
+// (layout.go), and no exact count of a file system's objects is kept. One
+// counter in every create and remove would make them all conflict; the
+// metadata servers' per-unit counts (internal/meta, TableStats) cover only
+// the inodes they hold in memory, a lower bound that falls when a table
+// moves (a test saw 7 of 22), so df -i would mislead; an exact count is a
+// scan of the file system's keys, too dear for every statfs.
 const nominalStatFSCount = 1 << 40
 
 // StatFS returns the file system's statistics. The block counts are
