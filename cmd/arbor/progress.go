@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/arbor-storage/arbor/internal/overview"
+
 	"github.com/arbor-storage/arbor/internal/meta"
 )
 
@@ -174,19 +176,8 @@ func (p *progress) line() string {
 	return s
 }
 
-// humanBytes prints a byte count with a binary unit.
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+// humanBytes prints a byte count with a binary unit, as the overview does.
+func humanBytes(n int64) string { return overview.HumanBytes(n) }
 
 // startJobBar shows the progress of a long request a server works on (a
 // check, a deletion, a table move): the waiting line until the server's
