@@ -81,11 +81,15 @@
 // writes, read pages as slot checks, plus any non-tree pages and block
 // allocations or frees. A transaction touches at most MaxTxnValues (15)
 // values; a value is a key, a leaf a scan reads, a non-tree page, or a
-// block allocation or free. The store never retries (FSS §3); this layer
-// does, running the function again after conflicts, stale pointers,
-// prepared transactions (resolved first) and unavailability, with bounded
-// attempts (Config.MaxAttempts, 100), jittered exponential backoff (1 ms to
-// 200 ms) and a deadline (the context's, else Config.TxnTimeout, 30 s).
+// block allocation or free. The store retries only calls that did not
+// execute (no leader, a dead node); this layer runs the function again
+// after conflicts, stale pointers, prepared transactions (resolved first)
+// and unavailability, under the project's one retry policy
+// (internal/retry): the caller's deadline, else Config.TxnTimeout
+// (retry.DefaultTransaction, 30 s); jittered exponential backoff (Config's
+// MinBackoff and MaxBackoff, retry.Fast: 1 ms to 200 ms); and at most
+// Config.MaxAttempts (100) attempts, a bound for conflict storms, which
+// the deadline usually reaches first when the store is unavailable.
 // Get of a single key is one linearizable page read and needs no commit; a
 // read-only transaction over several pages commits slot checks only.
 // UpdatePages charges values per leaf instead of per key, for batches of

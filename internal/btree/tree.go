@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	policy "github.com/arbor-storage/arbor/internal/retry"
 )
 
 // Limits. Every one is named, documented and validated by Open.
@@ -33,10 +35,12 @@ const (
 
 	// Defaults of Config (see there).
 	defaultMaxCachedPages = 1 << 18
+	// The retry defaults are the project's one policy (internal/retry):
+	// conflicts back off like its Fast backoff, and a transaction whose
+	// context has no deadline gets its DefaultTransaction, retries
+	// included.
 	defaultMaxAttempts    = 100
-	defaultMinBackoff     = time.Millisecond
-	defaultMaxBackoff     = 200 * time.Millisecond
-	defaultTxnTimeout     = 30 * time.Second
+	defaultTxnTimeout     = policy.DefaultTransaction
 	defaultRebalanceQueue = 1024
 
 	// maxWalkRestarts bounds how often one walk starts again from the top
@@ -157,10 +161,10 @@ func Open(ctx context.Context, cfg Config) (*Tree, error) {
 		return nil, fmt.Errorf("btree: MaxAttempts %d < 1", cfg.MaxAttempts)
 	}
 	if cfg.MinBackoff == 0 {
-		cfg.MinBackoff = defaultMinBackoff
+		cfg.MinBackoff = policy.Fast.Min
 	}
 	if cfg.MaxBackoff == 0 {
-		cfg.MaxBackoff = defaultMaxBackoff
+		cfg.MaxBackoff = policy.Fast.Max
 	}
 	if cfg.MinBackoff < 0 || cfg.MaxBackoff < cfg.MinBackoff {
 		return nil, fmt.Errorf("btree: backoff [%v, %v] is not a range", cfg.MinBackoff, cfg.MaxBackoff)
@@ -501,19 +505,5 @@ func isRetry(err error) bool {
 // backoff sleeps the jittered exponential backoff of attempt, or returns
 // ctx's error.
 func (t *Tree) backoff(ctx context.Context, attempt int) error {
-	d := t.cfg.MinBackoff << min(attempt, 20)
-	if d > t.cfg.MaxBackoff || d <= 0 {
-		d = t.cfg.MaxBackoff
-	}
-	if d > 0 {
-		d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return policy.Sleep(ctx, policy.Backoff{Min: t.cfg.MinBackoff, Max: t.cfg.MaxBackoff}.Delay(attempt))
 }
