@@ -35,7 +35,9 @@ func (sm *StateMachine) Apply(w raftengine.Writer, index uint64, data []byte) (a
 	if err != nil {
 		return nil, fmt.Errorf("extent %d: apply entry %d: %w", sm.id, index, err)
 	}
-	res.Index = index
+	if res.Index == 0 {
+		res.Index = index // a remembered reply keeps its first index
+	}
 	if res.Code != pb.Code_CODE_OK {
 		sm.stats.refused.Add(1)
 	}
@@ -55,6 +57,16 @@ func (sm *StateMachine) apply(w raftengine.Writer, index uint64, data []byte) (*
 		return nil, err
 	}
 	a := &applier{sm: sm, geo: sm.geo, w: w, index: index, meta: meta, clock: max(meta.ClockUnixMs, cmd.NowUnixMs)}
+	if id := cmd.RequestId; id != 0 {
+		prev, ok, err := a.rememberedReply(id)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			sm.stats.repeats.Add(1)
+			return prev, nil // already applied: writes nothing
+		}
+	}
 	var res *pb.CommandResult
 	switch op := cmd.Op.(type) {
 	case *pb.Command_Commit:
@@ -75,8 +87,21 @@ func (sm *StateMachine) apply(w raftengine.Writer, index uint64, data []byte) (*
 	if err != nil {
 		return nil, err
 	}
-	if res.Code == pb.Code_CODE_OK && a.dirty {
-		if err := a.gc(); err != nil {
+	if cmd.RequestId != 0 {
+		// Refusals too: a repeat must not succeed where the first run,
+		// whose reply the client may have seen, was refused.
+		res.Index = index
+		if err := a.rememberReply(cmd.RequestId, res); err != nil {
+			return nil, err
+		}
+	}
+	if a.dirty {
+		if res.Code == pb.Code_CODE_OK {
+			if err := a.gc(); err != nil {
+				return nil, err
+			}
+		}
+		if err := a.collectReplies(maxGCPerCommand, false); err != nil {
 			return nil, err
 		}
 		a.meta.AppliedIndex, a.meta.ClockUnixMs = index, a.clock

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	pb "github.com/arbor-storage/arbor/internal/extent/extentpb"
+	policy "github.com/arbor-storage/arbor/internal/retry"
 )
 
 // Directory is what the client needs of the directory: the extent map and
@@ -30,9 +30,16 @@ type Directory interface {
 
 // Client defaults and bounds.
 const (
-	// DefaultCallTimeout is the deadline of a call whose context has none
-	// (FSS §8: 1 s per MPSC).
-	DefaultCallTimeout = time.Second
+	// DefaultCallTimeout is the deadline of a call whose context has none,
+	// retries included (retry.DefaultStoreCall; FSS §8: 1 s per MPSC).
+	DefaultCallTimeout = policy.DefaultStoreCall
+	// nodeDownFor is how long a node that failed to answer is passed over
+	// when another replica can take the call.
+	nodeDownFor = time.Second
+	// ambiguousRetryWindow bounds how long after its first attempt a write
+	// whose outcome is unknown is resent under its request id: well within
+	// the extent's memory of request ids (replyMemory).
+	ambiguousRetryWindow = replyMemory * time.Millisecond / 2
 	// maxCallTimeout bounds ClientConfig.CallTimeout.
 	maxCallTimeout = 10 * time.Minute
 	// defaultTxnLifetime is how long after its start a cross-extent
@@ -64,9 +71,10 @@ type ClientConfig struct {
 // MPSC commits (one raft entry within an extent, the FSS §6 linked-list
 // two-phase commit across extents), block allocation, and recovery of
 // transactions left prepared. Every call has a deadline (the context's,
-// else CallTimeout), and no call is ever retried: every failure is
-// returned, typed (errors.go), for the caller to decide (FSS §8). It is
-// safe for concurrent use.
+// else CallTimeout). Within it a call is retried only where that is safe
+// whatever happened (see invoke: nothing ran, or a write the extent will
+// recognise); every other failure is returned, typed (errors.go), for the
+// caller to decide (FSS §8). It is safe for concurrent use.
 //
 // It caches the extent map (from the directory), node addresses, and each
 // extent's leader (learnt from replies and NotLeader hints). A call goes
@@ -81,7 +89,9 @@ type Client struct {
 	leaders map[uint64]uint64
 	addrs   map[uint64]string
 	rotate  map[uint64]int
+	down    map[uint64]time.Time // node: passed over until then
 	closed  bool
+	retries atomic.Uint64
 
 	cleanups sync.WaitGroup
 	bgCtx    context.Context
@@ -132,7 +142,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return &Client{
 		cfg: cfg, log: cfg.Logger.With("component", "extent-client"),
 		conns: map[string]*grpc.ClientConn{}, extents: map[uint64]*dpb.Extent{},
-		leaders: map[uint64]uint64{}, addrs: map[uint64]string{}, rotate: map[uint64]int{},
+		leaders: map[uint64]uint64{}, addrs: map[uint64]string{}, rotate: map[uint64]int{}, down: map[uint64]time.Time{},
 		bgCtx: ctx, bgCancel: cancel,
 	}, nil
 }
@@ -151,6 +161,11 @@ func (c *Client) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Retries returns how many attempts the client made beyond the first
+// of each call (after no leader, a moved leader, a node down, or an
+// unknown outcome under a request id).
+func (c *Client) Retries() uint64 { return c.retries.Load() }
 
 // Steps returns how many transaction steps of each kind the client sent.
 func (c *Client) Steps() StepCounts {
@@ -193,7 +208,7 @@ func (c *Client) extent(ctx context.Context, id uint64) (*dpb.Extent, error) {
 		return nil, newError(ErrInvalid, "locate", id, "%v", err)
 	}
 	e, err := c.cfg.Directory.GetExtent(ctx, &dpb.GetExtentRequest{ExtentId: id})
-	if status.Code(err) == codes.NotFound {
+	if errors.Is(err, directory.ErrNotFound) {
 		return nil, newError(ErrNotFound, "locate", id, "the directory knows no extent %d", id)
 	}
 	if err != nil {
@@ -247,21 +262,32 @@ func (c *Client) NodeClient(ctx context.Context, node uint64) (pb.ExtentClient, 
 }
 
 // route picks the node to send a call on extent id to: its cached leader,
-// else the next of its replicas (which forwards to the leader it knows).
+// else the next of its replicas (which forwards to the leader it knows),
+// skipping nodes that failed to answer within the last nodeDownFor while
+// another replica remains.
 func (c *Client) route(ctx context.Context, id uint64) (uint64, pb.ExtentClient, error) {
 	e, err := c.extent(ctx, id)
 	if err != nil {
 		return 0, nil, err
 	}
 	c.mu.Lock()
+	now := time.Now()
 	node := c.leaders[id]
+	if node != 0 && now.Before(c.down[node]) {
+		node = 0 // a hint at a node that just failed: ask a replica
+	}
 	if node == 0 {
 		if len(e.Replicas) == 0 {
 			c.mu.Unlock()
 			return 0, nil, newError(ErrUnavailable, "route", id, "extent %d has no replicas", id)
 		}
-		node = e.Replicas[c.rotate[id]%len(e.Replicas)]
-		c.rotate[id]++
+		for range e.Replicas {
+			node = e.Replicas[c.rotate[id]%len(e.Replicas)]
+			c.rotate[id]++
+			if !now.Before(c.down[node]) {
+				break
+			}
+		}
 	}
 	c.mu.Unlock()
 	cl, err := c.NodeClient(ctx, node)
@@ -276,6 +302,7 @@ func (c *Client) learn(id, node, leader uint64, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err == nil {
+		delete(c.down, node)
 		if leader != 0 {
 			c.leaders[id] = leader
 		}
@@ -285,12 +312,14 @@ func (c *Client) learn(id, node, leader uint64, err error) {
 	switch {
 	case !ok:
 		// The node may be down, have moved, or no longer hold the extent
-		// (it was re-replicated): look all three up again.
+		// (it was re-replicated): look all three up again, and route
+		// around it for a moment.
 		if c.leaders[id] == node {
 			delete(c.leaders, id)
 		}
 		delete(c.addrs, node)
 		delete(c.extents, id)
+		c.down[node] = time.Now().Add(nodeDownFor)
 	case d.Code == pb.Code_CODE_NO_REPLICA:
 		delete(c.extents, id)
 		delete(c.leaders, id)
@@ -301,22 +330,46 @@ func (c *Client) learn(id, node, leader uint64, err error) {
 	}
 }
 
-// invoke runs one call on extent id at its leader: no retry, whatever
-// happens.
-func invoke[Resp interface{ GetLeaderId() uint64 }](ctx context.Context, c *Client, op string, id uint64, write bool,
+// invoke runs one call on extent id at its leader, under the project's
+// retry policy (internal/retry): within ctx's deadline it tries again,
+// with the Failover backoff and at another replica if the node failed,
+// every failure that ran nothing (ErrUnavailable: no leader, a leader that
+// moved, a node down or without the replica), and, for a write that
+// carries a request id (idempotent: the extent remembers the id and
+// answers a repeat with the first reply, replies.go), a failure whose
+// outcome is unknown (ErrAmbiguous), for as long as the extent surely
+// remembers the id (ambiguousRetryWindow). One attempt takes at most
+// retry.ExtentAttempt, so a dead or unreachable node costs at most that
+// before the call moves on. Every other error is returned at once: the
+// store does not retry what the caller must decide (FSS §8).
+func invoke[Resp interface{ GetLeaderId() uint64 }](ctx context.Context, c *Client, op string, id uint64, write, idempotent bool,
 	call func(context.Context, pb.ExtentClient) (Resp, error)) (Resp, error) {
 	var zero Resp
-	node, cl, err := c.route(ctx, id)
-	if err != nil {
-		return zero, err
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		node, cl, err := c.route(ctx, id)
+		if err == nil {
+			actx, cancel := policy.Attempt(ctx, policy.ExtentAttempt)
+			var resp Resp
+			resp, err = call(actx, cl)
+			cancel()
+			if err == nil {
+				c.learn(id, node, resp.GetLeaderId(), nil)
+				return resp, nil
+			}
+			c.learn(id, node, 0, err)
+			err = rpcError(op, id, err, write)
+		}
+		retry := errors.Is(err, ErrUnavailable) ||
+			(idempotent && errors.Is(err, ErrAmbiguous) && time.Since(start) < ambiguousRetryWindow)
+		if !retry || ctx.Err() != nil {
+			return zero, err
+		}
+		c.retries.Add(1)
+		if policy.Sleep(ctx, policy.Failover.Delay(attempt)) != nil {
+			return zero, err
+		}
 	}
-	resp, err := call(ctx, cl)
-	if err != nil {
-		c.learn(id, node, 0, err)
-		return zero, rpcError(op, id, err, write)
-	}
-	c.learn(id, node, resp.GetLeaderId(), nil)
-	return resp, nil
 }
 
 // ReadPage reads the page p points to: its data and slot, linearizably,
@@ -325,7 +378,7 @@ func invoke[Resp interface{ GetLeaderId() uint64 }](ctx context.Context, c *Clie
 func (c *Client) ReadPage(ctx context.Context, p Pointer) (Page, error) {
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
-	resp, err := invoke(ctx, c, "read", p.Extent, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.ReadResponse, error) {
+	resp, err := invoke(ctx, c, "read", p.Extent, false, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.ReadResponse, error) {
 		return cl.Read(ctx, &pb.ReadRequest{Page: p.toProto()})
 	})
 	if err != nil {
@@ -351,8 +404,9 @@ func (c *Client) Commit(ctx context.Context, elems []Element) ([]Result, error) 
 	}
 	if len(parts) == 1 {
 		p := parts[0]
-		resp, err := invoke(ctx, c, "commit", p.extent, true, func(ctx context.Context, cl pb.ExtentClient) (*pb.CommitResponse, error) {
-			return cl.Commit(ctx, &pb.CommitRequest{ExtentId: p.extent, Elements: p.elems, RequestId: randomID()})
+		req := &pb.CommitRequest{ExtentId: p.extent, Elements: p.elems, RequestId: randomID()}
+		resp, err := invoke(ctx, c, "commit", p.extent, true, true, func(ctx context.Context, cl pb.ExtentClient) (*pb.CommitResponse, error) {
+			return cl.Commit(ctx, req)
 		})
 		if err != nil {
 			return nil, err
@@ -392,7 +446,7 @@ func (c *Client) Check(ctx context.Context, elems []Element) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = invoke(ctx, c, "check", p.extent, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.CheckResponse, error) {
+			_, errs[i] = invoke(ctx, c, "check", p.extent, false, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.CheckResponse, error) {
 				return cl.Check(ctx, &pb.CheckRequest{ExtentId: p.extent, Elements: p.elems})
 			})
 		}()
@@ -463,7 +517,7 @@ func (c *Client) FreeBlocks(ctx context.Context, extent, near uint64, n int) ([]
 	if n < 1 || n > maxFreeBlocksListed {
 		return nil, newError(ErrInvalid, "free blocks", extent, "n %d outside [1, %d]", n, maxFreeBlocksListed)
 	}
-	resp, err := invoke(ctx, c, "free blocks", extent, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.FreeBlocksResponse, error) {
+	resp, err := invoke(ctx, c, "free blocks", extent, false, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.FreeBlocksResponse, error) {
 		return cl.FreeBlocks(ctx, &pb.FreeBlocksRequest{ExtentId: extent, NearPage: near, Limit: uint32(n)})
 	})
 	if err != nil {
@@ -536,7 +590,7 @@ func (c *Client) Extents(ctx context.Context) ([]ExtentInfo, error) {
 func (c *Client) Info(ctx context.Context, extent uint64) (*pb.InfoResponse, error) {
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
-	return invoke(ctx, c, "info", extent, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.InfoResponse, error) {
+	return invoke(ctx, c, "info", extent, false, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.InfoResponse, error) {
 		return cl.Info(ctx, &pb.InfoRequest{ExtentId: extent})
 	})
 }

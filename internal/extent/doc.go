@@ -20,13 +20,20 @@
 //   - Server (server.go): the Extent gRPC service of a node. Reads and
 //     writes are served by the extent's leader; a follower forwards a call
 //     once to the leader it knows (never further), and every reply names
-//     the leader. Replies to writes are remembered by request id for a
-//     minute, so a duplicated request (the network's or the fault
-//     injector's) runs once and its repeat gets the first reply.
+//     the leader. Replies to writes are remembered by request id in the
+//     extent's replicated state for two minutes (replies.go), so a
+//     duplicated or resent request (the network's, the fault injector's,
+//     a client's after a lost reply) runs once and its repeat gets the
+//     first reply, across leader changes and restarts.
 //   - Client (client.go, txn.go): the library. It caches the extent map
 //     (from the directory), node addresses and leaders; every call has a
 //     deadline (the context's, else CallTimeout, 1 s as FSS §8's MPSC
-//     deadline) and is never retried.
+//     deadline: retry.DefaultStoreCall). Within it the client retries,
+//     under the project's policy (internal/retry), only what is safe
+//     whatever happened: a call that ran nothing (no leader, a moved
+//     leader, a dead node, which it routes around), and a write whose
+//     reply was lost, resent under its request id, which the extent
+//     remembers (replies.go). Everything else is the caller's to decide.
 //   - Manager (manager.go): placement, on the directory leader: it creates
 //     a new cluster's first extents and re-replicates the extents of dead
 //     nodes. Node (node.go) wires all of it on one node, with the
@@ -117,9 +124,10 @@
 //  1. Apply is deterministic: time comes from the command (the proposing
 //     leader's clock) and the extent's clock never goes back (max of the
 //     commands'); tombstones are collected by that clock.
-//  2. A command that is refused (any code but OK) writes nothing; every
-//     command that writes rewrites Meta, whose applied index makes it the
-//     state's version.
+//  2. A command that is refused (any code but OK) writes nothing but,
+//     when it carries a request id, its remembered reply (replies.go);
+//     every command that writes rewrites Meta, whose applied index makes
+//     it the state's version.
 //  3. Reads are linearizable: the leader runs a ReadIndex (answered from
 //     its lease when it holds one), then reads its replica through the
 //     Reader the engine gave Load, in one pebble iterator's view, so a

@@ -14,19 +14,19 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/faults"
 	"github.com/arbor-storage/arbor/internal/raftengine"
 )
 
 // fakeDirectory is the directory's extent map and node table in memory,
-// with the same contract as the real service for what the extent store
-// uses (epochs on replica changes, NotFound for unknown ids).
+// with the same contract as the real directory client for what the extent
+// store uses (epochs on replica changes, the client's sentinel errors:
+// directory.ErrNotFound, directory.ErrStaleEpoch).
 type fakeDirectory struct {
 	mu         sync.Mutex
 	extents    map[uint64]*dpb.Extent
@@ -47,7 +47,7 @@ func (d *fakeDirectory) GetExtent(_ context.Context, req *dpb.GetExtentRequest) 
 	defer d.mu.Unlock()
 	e := d.extents[req.ExtentId]
 	if e == nil {
-		return nil, status.Errorf(codes.NotFound, "extent %d does not exist", req.ExtentId)
+		return nil, fmt.Errorf("%w: extent %d does not exist", directory.ErrNotFound, req.ExtentId)
 	}
 	return cloneExtent(e), nil
 }
@@ -74,7 +74,7 @@ func (d *fakeDirectory) GetNode(_ context.Context, req *dpb.GetNodeRequest) (*dp
 	defer d.mu.Unlock()
 	n := d.nodes[req.NodeId]
 	if n == nil {
-		return nil, status.Errorf(codes.NotFound, "node %d", req.NodeId)
+		return nil, fmt.Errorf("%w: node %d", directory.ErrNotFound, req.NodeId)
 	}
 	return &dpb.Node{Id: n.Id, Address: n.Address, FailureDomain: n.FailureDomain, Roles: n.Roles, State: n.State}, nil
 }
@@ -93,7 +93,7 @@ func (d *fakeDirectory) CreateExtent(_ context.Context, req *dpb.CreateExtentReq
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(req.Replicas) != int(req.Geometry.GetReplication()) {
-		return nil, status.Errorf(codes.InvalidArgument, "%d replicas for replication %d", len(req.Replicas), req.Geometry.GetReplication())
+		return nil, fmt.Errorf("%w: %d replicas for replication %d", directory.ErrInvalidArgument, len(req.Replicas), req.Geometry.GetReplication())
 	}
 	e := &dpb.Extent{ExtentId: d.nextExtent, Geometry: req.Geometry, Replicas: slices.Clone(req.Replicas), Epoch: 1}
 	d.nextExtent++
@@ -106,15 +106,14 @@ func (d *fakeDirectory) ChangeExtentReplicas(_ context.Context, req *dpb.ChangeE
 	defer d.mu.Unlock()
 	e := d.extents[req.ExtentId]
 	if e == nil {
-		return nil, status.Errorf(codes.NotFound, "extent %d", req.ExtentId)
+		return nil, fmt.Errorf("%w: extent %d", directory.ErrNotFound, req.ExtentId)
 	}
 	if e.Epoch != req.ExpectedEpoch {
-		st, _ := status.New(codes.FailedPrecondition, "stale epoch").WithDetails(&dpb.CommandResult{Code: dpb.ErrorCode_STALE_EPOCH})
-		return nil, st.Err()
+		return nil, fmt.Errorf("%w: extent %d is at epoch %d, not %d", directory.ErrStaleEpoch, req.ExtentId, e.Epoch, req.ExpectedEpoch)
 	}
 	for _, r := range req.Replicas {
 		if n := d.nodes[r]; n == nil || n.State == dpb.NodeState_NODE_STATE_DEAD {
-			return nil, status.Errorf(codes.FailedPrecondition, "node %d is not usable", r)
+			return nil, fmt.Errorf("%w: node %d is not usable", directory.ErrInvalidArgument, r)
 		}
 	}
 	e.Replicas, e.Epoch = slices.Clone(req.Replicas), e.Epoch+1

@@ -20,6 +20,8 @@ import (
 //	                        (0 or absent: free)
 //	t <txn:8>               TxnRecord of a cross-extent transaction
 //	x <gc time:8> <txn:8>   tombstone t<txn> may be deleted at gc time (ms)
+//	r <request:8>           remembered reply of a request (replies.go)
+//	y <expiry:8> <request:8> index of the remembered replies by expiry
 var (
 	keyMeta = []byte{'m'}
 )

@@ -539,7 +539,7 @@ func (m *Manager) repair(ctx context.Context, e *dpb.Extent, nodes nodeView, loa
 	ne, err := m.cfg.Directory.ChangeExtentReplicas(cctx, &dpb.ChangeExtentReplicasRequest{ExtentId: id, ExpectedEpoch: e.Epoch, Replicas: replicas})
 	cancel()
 	if err != nil {
-		if directory.CodeOf(err) == dpb.ErrorCode_STALE_EPOCH {
+		if errors.Is(err, directory.ErrStaleEpoch) {
 			return nil // another pass recorded a newer epoch
 		}
 		return fail(fmt.Errorf("record replicas %v of extent %d: %w", replicas, id, err))

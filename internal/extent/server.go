@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,16 +31,6 @@ type Engine interface {
 	RemoveReplica(ctx context.Context, gid, node uint64) error
 }
 
-// Server limits.
-const (
-	// requestMemory is how long a replica remembers the reply to a write
-	// request, so that a duplicate of it (the network's, or the fault
-	// injector's) gets the same reply instead of running again.
-	requestMemory = time.Minute
-	// maxRememberedRequests bounds that memory.
-	maxRememberedRequests = 1 << 16
-)
-
 // PeerFunc returns the Extent service of another node, for forwarding.
 type PeerFunc func(ctx context.Context, node uint64) (pb.ExtentClient, error)
 
@@ -60,11 +49,10 @@ type ServerConfig struct {
 // leader it knows), and the replica life cycle the extent manager drives.
 type Server struct {
 	pb.UnimplementedExtentServer
-	cfg     ServerConfig
-	e       Engine
-	log     *slog.Logger
-	self    uint64
-	replies *replyMemory
+	cfg  ServerConfig
+	e    Engine
+	log  *slog.Logger
+	self uint64
 
 	stats serverStats
 }
@@ -86,8 +74,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	return &Server{
 		cfg: cfg, e: cfg.Engine, self: cfg.Engine.NodeID(),
-		log:     cfg.Logger.With("component", "extent-server"),
-		replies: newReplyMemory(requestMemory, maxRememberedRequests, time.Now),
+		log: cfg.Logger.With("component", "extent-server"),
 	}, nil
 }
 
@@ -244,45 +231,27 @@ func (s *Server) Read(ctx context.Context, req *pb.ReadRequest) (*pb.ReadRespons
 	return &pb.ReadResponse{Data: page.Data, Slot: page.Slot, LeaderId: s.self}, nil
 }
 
-// remembered runs a write at most once per request id: a repeat gets the
-// first reply. Only a finished call is remembered.
-func remembered[Resp any](s *Server, requestID uint64, run func() (Resp, error)) (Resp, error) {
-	if requestID != 0 {
-		if r, ok := s.replies.get(requestID); ok {
-			resp, _ := r.resp.(Resp)
-			return resp, r.err
-		}
-	}
-	resp, err := run()
-	if requestID != 0 {
-		s.replies.put(requestID, resp, err)
-	}
-	return resp, err
-}
-
 // Commit implements pb.ExtentServer: an MPSC within one extent, one raft
 // entry.
 func (s *Server) Commit(ctx context.Context, req *pb.CommitRequest) (*pb.CommitResponse, error) {
-	return remembered(s, req.RequestId, func() (*pb.CommitResponse, error) {
-		sm, leader, err := s.route(req.ExtentId, req.Forwarded)
-		if err != nil {
-			return nil, err
-		}
-		if leader != 0 {
-			return forward(ctx, s, req.ExtentId, leader, true, func(ctx context.Context, cl pb.ExtentClient) (*pb.CommitResponse, error) {
-				fwd := proto.CloneOf(req)
-				fwd.Forwarded = true
-				return cl.Commit(ctx, fwd)
-			})
-		}
-		_ = sm
-		s.stats.commits.Add(1)
-		res, err := s.propose(ctx, req.ExtentId, &pb.Command{Op: &pb.Command_Commit{Commit: &pb.CommitCmd{Elements: req.Elements}}})
-		if err != nil {
-			return nil, err
-		}
-		return &pb.CommitResponse{Results: res.Results, Index: res.Index, LeaderId: s.self}, nil
-	})
+	_, leader, err := s.route(req.ExtentId, req.Forwarded)
+	if err != nil {
+		return nil, err
+	}
+	if leader != 0 {
+		return forward(ctx, s, req.ExtentId, leader, true, func(ctx context.Context, cl pb.ExtentClient) (*pb.CommitResponse, error) {
+			fwd := proto.CloneOf(req)
+			fwd.Forwarded = true
+			return cl.Commit(ctx, fwd)
+		})
+	}
+	s.stats.commits.Add(1)
+	res, err := s.propose(ctx, req.ExtentId, &pb.Command{RequestId: req.RequestId,
+		Op: &pb.Command_Commit{Commit: &pb.CommitCmd{Elements: req.Elements}}})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.CommitResponse{Results: res.Results, Index: res.Index, LeaderId: s.self}, nil
 }
 
 // Check implements pb.ExtentServer: a read-only transaction's
@@ -318,44 +287,42 @@ func (s *Server) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResp
 // TxnStep implements pb.ExtentServer: one state transition of a
 // cross-extent transaction (FSS §6), one raft entry.
 func (s *Server) TxnStep(ctx context.Context, req *pb.TxnStepRequest) (*pb.TxnStepResponse, error) {
-	return remembered(s, req.RequestId, func() (*pb.TxnStepResponse, error) {
-		cmd := &pb.Command{}
-		txn := &pb.TxnCmd{TxnId: req.TxnId, ExpiryUnixMs: req.ExpiryUnixMs}
-		switch req.Kind {
-		case pb.StepKind_STEP_KIND_PREPARE, pb.StepKind_STEP_KIND_PREPARE_DECIDE:
-			cmd.Op = &pb.Command_Prepare{Prepare: &pb.PrepareCmd{
-				TxnId: req.TxnId, PrevExtent: req.PrevExtent, NextExtent: req.NextExtent, ExpiryUnixMs: req.ExpiryUnixMs,
-				Elements: req.Elements, Decide: req.Kind == pb.StepKind_STEP_KIND_PREPARE_DECIDE,
-			}}
-		case pb.StepKind_STEP_KIND_DECIDE_RELEASE:
-			cmd.Op = &pb.Command_DecideRelease{DecideRelease: txn}
-		case pb.StepKind_STEP_KIND_RELEASE:
-			cmd.Op = &pb.Command_Release{Release: txn}
-		case pb.StepKind_STEP_KIND_ABORT:
-			cmd.Op = &pb.Command_Abort{Abort: txn}
-		case pb.StepKind_STEP_KIND_FENCE:
-			cmd.Op = &pb.Command_Fence{Fence: txn}
-		default:
-			return nil, statusError(&pb.Error{Code: pb.Code_CODE_INVALID_ARGUMENT, ExtentId: req.ExtentId, Message: fmt.Sprintf("step kind %v", req.Kind)})
-		}
-		_, leader, err := s.route(req.ExtentId, req.Forwarded)
-		if err != nil {
-			return nil, err
-		}
-		if leader != 0 {
-			return forward(ctx, s, req.ExtentId, leader, true, func(ctx context.Context, cl pb.ExtentClient) (*pb.TxnStepResponse, error) {
-				fwd := proto.CloneOf(req)
-				fwd.Forwarded = true
-				return cl.TxnStep(ctx, fwd)
-			})
-		}
-		s.stats.steps.Add(1)
-		res, err := s.propose(ctx, req.ExtentId, cmd)
-		if err != nil {
-			return nil, err
-		}
-		return &pb.TxnStepResponse{Record: res.Record, Results: res.Results, Index: res.Index, LeaderId: s.self}, nil
-	})
+	cmd := &pb.Command{RequestId: req.RequestId}
+	txn := &pb.TxnCmd{TxnId: req.TxnId, ExpiryUnixMs: req.ExpiryUnixMs}
+	switch req.Kind {
+	case pb.StepKind_STEP_KIND_PREPARE, pb.StepKind_STEP_KIND_PREPARE_DECIDE:
+		cmd.Op = &pb.Command_Prepare{Prepare: &pb.PrepareCmd{
+			TxnId: req.TxnId, PrevExtent: req.PrevExtent, NextExtent: req.NextExtent, ExpiryUnixMs: req.ExpiryUnixMs,
+			Elements: req.Elements, Decide: req.Kind == pb.StepKind_STEP_KIND_PREPARE_DECIDE,
+		}}
+	case pb.StepKind_STEP_KIND_DECIDE_RELEASE:
+		cmd.Op = &pb.Command_DecideRelease{DecideRelease: txn}
+	case pb.StepKind_STEP_KIND_RELEASE:
+		cmd.Op = &pb.Command_Release{Release: txn}
+	case pb.StepKind_STEP_KIND_ABORT:
+		cmd.Op = &pb.Command_Abort{Abort: txn}
+	case pb.StepKind_STEP_KIND_FENCE:
+		cmd.Op = &pb.Command_Fence{Fence: txn}
+	default:
+		return nil, statusError(&pb.Error{Code: pb.Code_CODE_INVALID_ARGUMENT, ExtentId: req.ExtentId, Message: fmt.Sprintf("step kind %v", req.Kind)})
+	}
+	_, leader, err := s.route(req.ExtentId, req.Forwarded)
+	if err != nil {
+		return nil, err
+	}
+	if leader != 0 {
+		return forward(ctx, s, req.ExtentId, leader, true, func(ctx context.Context, cl pb.ExtentClient) (*pb.TxnStepResponse, error) {
+			fwd := proto.CloneOf(req)
+			fwd.Forwarded = true
+			return cl.TxnStep(ctx, fwd)
+		})
+	}
+	s.stats.steps.Add(1)
+	res, err := s.propose(ctx, req.ExtentId, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.TxnStepResponse{Record: res.Record, Results: res.Results, Index: res.Index, LeaderId: s.self}, nil
 }
 
 // QueryTxn implements pb.ExtentServer: a linearizable read of a
@@ -522,60 +489,4 @@ func (s *Server) ReplicaStatus(ctx context.Context, req *pb.ReplicaStatusRequest
 	}
 	slices.SortFunc(resp.Progress, func(a, b *pb.ReplicaProgress) int { return int(a.NodeId) - int(b.NodeId) })
 	return resp, nil
-}
-
-// replyMemory remembers recent replies by request id, for a bounded time
-// and number (oldest forgotten first).
-type replyMemory struct {
-	ttl   time.Duration
-	limit int
-	now   func() time.Time
-
-	mu      sync.Mutex
-	replies map[uint64]rememberedReply
-	order   []uint64 // ids by insertion time; head at start
-	start   int
-}
-
-type rememberedReply struct {
-	resp any
-	err  error
-	at   time.Time
-}
-
-func newReplyMemory(ttl time.Duration, limit int, now func() time.Time) *replyMemory {
-	return &replyMemory{ttl: ttl, limit: limit, now: now, replies: map[uint64]rememberedReply{}}
-}
-
-func (m *replyMemory) get(id uint64) (rememberedReply, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r, ok := m.replies[id]
-	if ok && m.now().Sub(r.at) > m.ttl {
-		return rememberedReply{}, false
-	}
-	return r, ok
-}
-
-func (m *replyMemory) put(id uint64, resp any, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := m.now()
-	if _, ok := m.replies[id]; !ok {
-		m.order = append(m.order, id)
-	}
-	m.replies[id] = rememberedReply{resp: resp, err: err, at: now}
-	for m.start < len(m.order) {
-		old := m.order[m.start]
-		r := m.replies[old]
-		if len(m.replies) <= m.limit && now.Sub(r.at) <= m.ttl {
-			break
-		}
-		delete(m.replies, old)
-		m.start++
-	}
-	if m.start > len(m.order)/2 && m.start > 1024 {
-		m.order = append([]uint64(nil), m.order[m.start:]...)
-		m.start = 0
-	}
 }

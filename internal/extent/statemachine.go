@@ -65,6 +65,9 @@ type Stats struct {
 	// Refused counts commands that changed nothing because a condition
 	// failed or the input was bad.
 	Refused uint64
+	// Repeats counts commands not applied because the extent remembered
+	// their request id: the first reply was returned (replies.go).
+	Repeats uint64
 }
 
 // TxnTransitions is the number of cross-extent state transitions of the
@@ -75,7 +78,7 @@ func (s Stats) TxnTransitions() uint64 {
 }
 
 type smStats struct {
-	commits, prepares, prepareDecides, decideReleases, releases, aborts, fences, refused atomic.Uint64
+	commits, prepares, prepareDecides, decideReleases, releases, aborts, fences, refused, repeats atomic.Uint64
 }
 
 // NewStateMachine is the raftengine.Factory of extent groups.
@@ -99,7 +102,7 @@ func (sm *StateMachine) Stats() Stats {
 	return Stats{
 		Commits: s.commits.Load(), Prepares: s.prepares.Load(), PrepareDecides: s.prepareDecides.Load(),
 		DecideReleases: s.decideReleases.Load(), Releases: s.releases.Load(), Aborts: s.aborts.Load(),
-		Fences: s.fences.Load(), Refused: s.refused.Load(),
+		Fences: s.fences.Load(), Refused: s.refused.Load(), Repeats: s.repeats.Load(),
 	}
 }
 

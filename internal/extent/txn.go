@@ -65,11 +65,12 @@ func stepName(k pb.StepKind) string {
 // step sends one transaction step to an extent: one raft entry there.
 func (c *Client) step(ctx context.Context, kind pb.StepKind, extent, id, prev, next uint64, expiry int64, elems []*pb.Element) (*pb.TxnStepResponse, error) {
 	c.steps.byKind[kind].Add(1)
-	resp, err := invoke(ctx, c, stepName(kind), extent, true, func(ctx context.Context, cl pb.ExtentClient) (*pb.TxnStepResponse, error) {
-		return cl.TxnStep(ctx, &pb.TxnStepRequest{
-			ExtentId: extent, Kind: kind, TxnId: id, PrevExtent: prev, NextExtent: next,
-			ExpiryUnixMs: expiry, Elements: elems, RequestId: randomID(),
-		})
+	req := &pb.TxnStepRequest{
+		ExtentId: extent, Kind: kind, TxnId: id, PrevExtent: prev, NextExtent: next,
+		ExpiryUnixMs: expiry, Elements: elems, RequestId: randomID(),
+	}
+	resp, err := invoke(ctx, c, stepName(kind), extent, true, true, func(ctx context.Context, cl pb.ExtentClient) (*pb.TxnStepResponse, error) {
+		return cl.TxnStep(ctx, req)
 	})
 	if err != nil {
 		return nil, err
@@ -81,7 +82,7 @@ func (c *Client) step(ctx context.Context, kind pb.StepKind, extent, id, prev, n
 }
 
 func (c *Client) query(ctx context.Context, extent, id uint64) (*pb.TxnRecord, error) {
-	resp, err := invoke(ctx, c, "query transaction", extent, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.QueryTxnResponse, error) {
+	resp, err := invoke(ctx, c, "query transaction", extent, false, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.QueryTxnResponse, error) {
 		return cl.QueryTxn(ctx, &pb.QueryTxnRequest{ExtentId: extent, TxnId: id})
 	})
 	if err != nil {

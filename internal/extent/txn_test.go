@@ -8,6 +8,8 @@ import (
 	"time"
 
 	pb "github.com/arbor-storage/arbor/internal/extent/extentpb"
+
+	"google.golang.org/protobuf/proto"
 )
 
 func ctxTimeout(t testing.TB, d time.Duration) context.Context {
@@ -397,7 +399,7 @@ func TestRepeatedRequestGetsFirstReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, err := commit(101, Allocate(ext, 1))
-	if err != nil || again != first {
+	if err != nil || !proto.Equal(again, first) {
 		t.Fatalf("repeat of an allocation: %v %v, want the first reply", again, err)
 	}
 	info, err := cl.Info(ctx, ext)

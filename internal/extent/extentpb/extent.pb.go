@@ -1007,9 +1007,13 @@ type Meta struct {
 	FreeHint    uint64 `protobuf:"varint,5,opt,name=free_hint,json=freeHint,proto3" json:"free_hint,omitempty"`
 	PendingTxns uint64 `protobuf:"varint,6,opt,name=pending_txns,json=pendingTxns,proto3" json:"pending_txns,omitempty"`
 	// Earliest time a tombstone may be collected (0: none to collect).
-	GcDueUnixMs   int64 `protobuf:"varint,7,opt,name=gc_due_unix_ms,json=gcDueUnixMs,proto3" json:"gc_due_unix_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GcDueUnixMs int64 `protobuf:"varint,7,opt,name=gc_due_unix_ms,json=gcDueUnixMs,proto3" json:"gc_due_unix_ms,omitempty"`
+	// How many replies to requests the extent remembers (the y/r keys),
+	// and the earliest time one of them expires (0: none).
+	RememberedReplies uint64 `protobuf:"varint,8,opt,name=remembered_replies,json=rememberedReplies,proto3" json:"remembered_replies,omitempty"`
+	RepliesDueUnixMs  int64  `protobuf:"varint,9,opt,name=replies_due_unix_ms,json=repliesDueUnixMs,proto3" json:"replies_due_unix_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Meta) Reset() {
@@ -1091,10 +1095,27 @@ func (x *Meta) GetGcDueUnixMs() int64 {
 	return 0
 }
 
+func (x *Meta) GetRememberedReplies() uint64 {
+	if x != nil {
+		return x.RememberedReplies
+	}
+	return 0
+}
+
+func (x *Meta) GetRepliesDueUnixMs() int64 {
+	if x != nil {
+		return x.RepliesDueUnixMs
+	}
+	return 0
+}
+
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Leader's clock when proposed; the extent's clock never goes back.
 	NowUnixMs int64 `protobuf:"varint,1,opt,name=now_unix_ms,json=nowUnixMs,proto3" json:"now_unix_ms,omitempty"`
+	// The client's request id (0: none). A command whose id the extent
+	// remembers is not applied again: its first result is returned.
+	RequestId uint64 `protobuf:"varint,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*Command_Commit
@@ -1141,6 +1162,13 @@ func (*Command) Descriptor() ([]byte, []int) {
 func (x *Command) GetNowUnixMs() int64 {
 	if x != nil {
 		return x.NowUnixMs
+	}
+	return 0
+}
+
+func (x *Command) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
 	}
 	return 0
 }
@@ -2889,17 +2917,21 @@ func (x *ReplicaProgress) GetRecentActive() bool {
 
 // ReplicaStatusResponse is this node's replica as it sees itself.
 type ReplicaStatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Exists        bool                   `protobuf:"varint,1,opt,name=exists,proto3" json:"exists,omitempty"`
-	NodeId        uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	LeaderId      uint64                 `protobuf:"varint,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	Term          uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
-	Commit        uint64                 `protobuf:"varint,5,opt,name=commit,proto3" json:"commit,omitempty"`
-	Applied       uint64                 `protobuf:"varint,6,opt,name=applied,proto3" json:"applied,omitempty"`
-	Voters        []uint64               `protobuf:"varint,7,rep,packed,name=voters,proto3" json:"voters,omitempty"`
-	Learners      []uint64               `protobuf:"varint,8,rep,packed,name=learners,proto3" json:"learners,omitempty"`
-	Progress      []*ReplicaProgress     `protobuf:"bytes,9,rep,name=progress,proto3" json:"progress,omitempty"`
-	Geometry      *Geometry              `protobuf:"bytes,10,opt,name=geometry,proto3" json:"geometry,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Exists   bool                   `protobuf:"varint,1,opt,name=exists,proto3" json:"exists,omitempty"`
+	NodeId   uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	LeaderId uint64                 `protobuf:"varint,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Term     uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	Commit   uint64                 `protobuf:"varint,5,opt,name=commit,proto3" json:"commit,omitempty"`
+	Applied  uint64                 `protobuf:"varint,6,opt,name=applied,proto3" json:"applied,omitempty"`
+	Voters   []uint64               `protobuf:"varint,7,rep,packed,name=voters,proto3" json:"voters,omitempty"`
+	Learners []uint64               `protobuf:"varint,8,rep,packed,name=learners,proto3" json:"learners,omitempty"`
+	Progress []*ReplicaProgress     `protobuf:"bytes,9,rep,name=progress,proto3" json:"progress,omitempty"`
+	Geometry *Geometry              `protobuf:"bytes,10,opt,name=geometry,proto3" json:"geometry,omitempty"`
+	// The replica's raft log: its last entry's index and term (how up to
+	// date it is, for arbor extent recover).
+	LastIndex     uint64 `protobuf:"varint,11,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	LastTerm      uint64 `protobuf:"varint,12,opt,name=last_term,json=lastTerm,proto3" json:"last_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3004,6 +3036,156 @@ func (x *ReplicaStatusResponse) GetGeometry() *Geometry {
 	return nil
 }
 
+func (x *ReplicaStatusResponse) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *ReplicaStatusResponse) GetLastTerm() uint64 {
+	if x != nil {
+		return x.LastTerm
+	}
+	return 0
+}
+
+// RecoverRequest asks a node to make its replica of an extent the only
+// voter of the extent's group: the operator's repair of an extent that
+// lost its quorum (arbor extent recover). Every entry the replica holds
+// is kept and committed; whatever only the lost replicas held is lost.
+type RecoverRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ExtentId uint64                 `protobuf:"varint,1,opt,name=extent_id,json=extentId,proto3" json:"extent_id,omitempty"`
+	// The caller's consent: the call is refused without it.
+	AcceptLoss    bool `protobuf:"varint,2,opt,name=accept_loss,json=acceptLoss,proto3" json:"accept_loss,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverRequest) Reset() {
+	*x = RecoverRequest{}
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverRequest) ProtoMessage() {}
+
+func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
+func (*RecoverRequest) Descriptor() ([]byte, []int) {
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RecoverRequest) GetExtentId() uint64 {
+	if x != nil {
+		return x.ExtentId
+	}
+	return 0
+}
+
+func (x *RecoverRequest) GetAcceptLoss() bool {
+	if x != nil {
+		return x.AcceptLoss
+	}
+	return false
+}
+
+type RecoverResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The voters the group had, now removed.
+	RemovedVoters []uint64 `protobuf:"varint,2,rep,packed,name=removed_voters,json=removedVoters,proto3" json:"removed_voters,omitempty"`
+	// The log the recovered replica kept: commit index before the
+	// recovery, last index (now committed) and the new term.
+	PreviousCommit uint64 `protobuf:"varint,3,opt,name=previous_commit,json=previousCommit,proto3" json:"previous_commit,omitempty"`
+	LastIndex      uint64 `protobuf:"varint,4,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	Term           uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RecoverResponse) Reset() {
+	*x = RecoverResponse{}
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverResponse) ProtoMessage() {}
+
+func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
+func (*RecoverResponse) Descriptor() ([]byte, []int) {
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *RecoverResponse) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *RecoverResponse) GetRemovedVoters() []uint64 {
+	if x != nil {
+		return x.RemovedVoters
+	}
+	return nil
+}
+
+func (x *RecoverResponse) GetPreviousCommit() uint64 {
+	if x != nil {
+		return x.PreviousCommit
+	}
+	return 0
+}
+
+func (x *RecoverResponse) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *RecoverResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
 var File_internal_extent_extentpb_extent_proto protoreflect.FileDescriptor
 
 const file_internal_extent_extentpb_extent_proto_rawDesc = "" +
@@ -3058,7 +3240,7 @@ const file_internal_extent_extentpb_extent_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\x0e2\x19.arbor.extent.v1.TxnStateR\x05state\x12$\n" +
 	"\x0eexpiry_unix_ms\x18\x06 \x01(\x03R\fexpiryUnixMs\x124\n" +
 	"\belements\x18\a \x03(\v2\x18.arbor.extent.v1.ElementR\belements\x12:\n" +
-	"\breserved\x18\b \x03(\v2\x1e.arbor.extent.v1.ElementResultR\breserved\"\xfe\x01\n" +
+	"\breserved\x18\b \x03(\v2\x1e.arbor.extent.v1.ElementResultR\breserved\"\xdc\x02\n" +
 	"\x04Meta\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12\"\n" +
 	"\rclock_unix_ms\x18\x02 \x01(\x03R\vclockUnixMs\x12\x1d\n" +
@@ -3067,9 +3249,13 @@ const file_internal_extent_extentpb_extent_proto_rawDesc = "" +
 	"\x10blocks_allocated\x18\x04 \x01(\x04R\x0fblocksAllocated\x12\x1b\n" +
 	"\tfree_hint\x18\x05 \x01(\x04R\bfreeHint\x12!\n" +
 	"\fpending_txns\x18\x06 \x01(\x04R\vpendingTxns\x12#\n" +
-	"\x0egc_due_unix_ms\x18\a \x01(\x03R\vgcDueUnixMs\"\xf7\x02\n" +
+	"\x0egc_due_unix_ms\x18\a \x01(\x03R\vgcDueUnixMs\x12-\n" +
+	"\x12remembered_replies\x18\b \x01(\x04R\x11rememberedReplies\x12-\n" +
+	"\x13replies_due_unix_ms\x18\t \x01(\x03R\x10repliesDueUnixMs\"\x96\x03\n" +
 	"\aCommand\x12\x1e\n" +
-	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x124\n" +
+	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\x04R\trequestId\x124\n" +
 	"\x06commit\x18\x02 \x01(\v2\x1a.arbor.extent.v1.CommitCmdH\x00R\x06commit\x127\n" +
 	"\aprepare\x18\x03 \x01(\v2\x1b.arbor.extent.v1.PrepareCmdH\x00R\aprepare\x12@\n" +
 	"\x0edecide_release\x18\x04 \x01(\v2\x17.arbor.extent.v1.TxnCmdH\x00R\rdecideRelease\x123\n" +
@@ -3196,7 +3382,7 @@ const file_internal_extent_extentpb_extent_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x14\n" +
 	"\x05match\x18\x02 \x01(\x04R\x05match\x12\x1a\n" +
 	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\x12#\n" +
-	"\rrecent_active\x18\x04 \x01(\bR\frecentActive\"\xd4\x02\n" +
+	"\rrecent_active\x18\x04 \x01(\bR\frecentActive\"\x90\x03\n" +
 	"\x15ReplicaStatusResponse\x12\x16\n" +
 	"\x06exists\x18\x01 \x01(\bR\x06exists\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1b\n" +
@@ -3208,7 +3394,21 @@ const file_internal_extent_extentpb_extent_proto_rawDesc = "" +
 	"\blearners\x18\b \x03(\x04R\blearners\x12<\n" +
 	"\bprogress\x18\t \x03(\v2 .arbor.extent.v1.ReplicaProgressR\bprogress\x125\n" +
 	"\bgeometry\x18\n" +
-	" \x01(\v2\x19.arbor.extent.v1.GeometryR\bgeometry*}\n" +
+	" \x01(\v2\x19.arbor.extent.v1.GeometryR\bgeometry\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\v \x01(\x04R\tlastIndex\x12\x1b\n" +
+	"\tlast_term\x18\f \x01(\x04R\blastTerm\"N\n" +
+	"\x0eRecoverRequest\x12\x1b\n" +
+	"\textent_id\x18\x01 \x01(\x04R\bextentId\x12\x1f\n" +
+	"\vaccept_loss\x18\x02 \x01(\bR\n" +
+	"acceptLoss\"\xad\x01\n" +
+	"\x0fRecoverResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12%\n" +
+	"\x0eremoved_voters\x18\x02 \x03(\x04R\rremovedVoters\x12'\n" +
+	"\x0fprevious_commit\x18\x03 \x01(\x04R\x0epreviousCommit\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\x04 \x01(\x04R\tlastIndex\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term*}\n" +
 	"\bTxnState\x12\x12\n" +
 	"\x0eTXN_STATE_NONE\x10\x00\x12\x16\n" +
 	"\x12TXN_STATE_PREPARED\x10\x01\x12\x15\n" +
@@ -3242,7 +3442,7 @@ const file_internal_extent_extentpb_extent_proto_rawDesc = "" +
 	"\x19MEMBERSHIP_OP_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19MEMBERSHIP_OP_ADD_LEARNER\x10\x01\x12\x1b\n" +
 	"\x17MEMBERSHIP_OP_ADD_VOTER\x10\x02\x12\x18\n" +
-	"\x14MEMBERSHIP_OP_REMOVE\x10\x032\xbe\x06\n" +
+	"\x14MEMBERSHIP_OP_REMOVE\x10\x032\x8c\a\n" +
 	"\x06Extent\x12C\n" +
 	"\x04Read\x12\x1c.arbor.extent.v1.ReadRequest\x1a\x1d.arbor.extent.v1.ReadResponse\x12I\n" +
 	"\x06Commit\x12\x1e.arbor.extent.v1.CommitRequest\x1a\x1f.arbor.extent.v1.CommitResponse\x12F\n" +
@@ -3254,7 +3454,8 @@ const file_internal_extent_extentpb_extent_proto_rawDesc = "" +
 	"\x04Info\x12\x1c.arbor.extent.v1.InfoRequest\x1a\x1d.arbor.extent.v1.InfoResponse\x12^\n" +
 	"\rCreateReplica\x12%.arbor.extent.v1.CreateReplicaRequest\x1a&.arbor.extent.v1.CreateReplicaResponse\x12a\n" +
 	"\x0eChangeReplicas\x12&.arbor.extent.v1.ChangeReplicasRequest\x1a'.arbor.extent.v1.ChangeReplicasResponse\x12^\n" +
-	"\rReplicaStatus\x12%.arbor.extent.v1.ReplicaStatusRequest\x1a&.arbor.extent.v1.ReplicaStatusResponseB9Z7github.com/arbor-storage/arbor/internal/extent/extentpbb\x06proto3"
+	"\rReplicaStatus\x12%.arbor.extent.v1.ReplicaStatusRequest\x1a&.arbor.extent.v1.ReplicaStatusResponse\x12L\n" +
+	"\aRecover\x12\x1f.arbor.extent.v1.RecoverRequest\x1a .arbor.extent.v1.RecoverResponseB9Z7github.com/arbor-storage/arbor/internal/extent/extentpbb\x06proto3"
 
 var (
 	file_internal_extent_extentpb_extent_proto_rawDescOnce sync.Once
@@ -3269,7 +3470,7 @@ func file_internal_extent_extentpb_extent_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_extent_extentpb_extent_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_extent_extentpb_extent_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_internal_extent_extentpb_extent_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_internal_extent_extentpb_extent_proto_goTypes = []any{
 	(TxnState)(0),                  // 0: arbor.extent.v1.TxnState
 	(Code)(0),                      // 1: arbor.extent.v1.Code
@@ -3314,6 +3515,8 @@ var file_internal_extent_extentpb_extent_proto_goTypes = []any{
 	(*ReplicaStatusRequest)(nil),   // 40: arbor.extent.v1.ReplicaStatusRequest
 	(*ReplicaProgress)(nil),        // 41: arbor.extent.v1.ReplicaProgress
 	(*ReplicaStatusResponse)(nil),  // 42: arbor.extent.v1.ReplicaStatusResponse
+	(*RecoverRequest)(nil),         // 43: arbor.extent.v1.RecoverRequest
+	(*RecoverResponse)(nil),        // 44: arbor.extent.v1.RecoverResponse
 }
 var file_internal_extent_extentpb_extent_proto_depIdxs = []int32{
 	4,  // 0: arbor.extent.v1.GroupParams.geometry:type_name -> arbor.extent.v1.Geometry
@@ -3370,18 +3573,20 @@ var file_internal_extent_extentpb_extent_proto_depIdxs = []int32{
 	36, // 51: arbor.extent.v1.Extent.CreateReplica:input_type -> arbor.extent.v1.CreateReplicaRequest
 	38, // 52: arbor.extent.v1.Extent.ChangeReplicas:input_type -> arbor.extent.v1.ChangeReplicasRequest
 	40, // 53: arbor.extent.v1.Extent.ReplicaStatus:input_type -> arbor.extent.v1.ReplicaStatusRequest
-	22, // 54: arbor.extent.v1.Extent.Read:output_type -> arbor.extent.v1.ReadResponse
-	26, // 55: arbor.extent.v1.Extent.Commit:output_type -> arbor.extent.v1.CommitResponse
-	25, // 56: arbor.extent.v1.Extent.Check:output_type -> arbor.extent.v1.CheckResponse
-	28, // 57: arbor.extent.v1.Extent.TxnStep:output_type -> arbor.extent.v1.TxnStepResponse
-	30, // 58: arbor.extent.v1.Extent.QueryTxn:output_type -> arbor.extent.v1.QueryTxnResponse
-	33, // 59: arbor.extent.v1.Extent.FreeBlocks:output_type -> arbor.extent.v1.FreeBlocksResponse
-	35, // 60: arbor.extent.v1.Extent.Info:output_type -> arbor.extent.v1.InfoResponse
-	37, // 61: arbor.extent.v1.Extent.CreateReplica:output_type -> arbor.extent.v1.CreateReplicaResponse
-	39, // 62: arbor.extent.v1.Extent.ChangeReplicas:output_type -> arbor.extent.v1.ChangeReplicasResponse
-	42, // 63: arbor.extent.v1.Extent.ReplicaStatus:output_type -> arbor.extent.v1.ReplicaStatusResponse
-	54, // [54:64] is the sub-list for method output_type
-	44, // [44:54] is the sub-list for method input_type
+	43, // 54: arbor.extent.v1.Extent.Recover:input_type -> arbor.extent.v1.RecoverRequest
+	22, // 55: arbor.extent.v1.Extent.Read:output_type -> arbor.extent.v1.ReadResponse
+	26, // 56: arbor.extent.v1.Extent.Commit:output_type -> arbor.extent.v1.CommitResponse
+	25, // 57: arbor.extent.v1.Extent.Check:output_type -> arbor.extent.v1.CheckResponse
+	28, // 58: arbor.extent.v1.Extent.TxnStep:output_type -> arbor.extent.v1.TxnStepResponse
+	30, // 59: arbor.extent.v1.Extent.QueryTxn:output_type -> arbor.extent.v1.QueryTxnResponse
+	33, // 60: arbor.extent.v1.Extent.FreeBlocks:output_type -> arbor.extent.v1.FreeBlocksResponse
+	35, // 61: arbor.extent.v1.Extent.Info:output_type -> arbor.extent.v1.InfoResponse
+	37, // 62: arbor.extent.v1.Extent.CreateReplica:output_type -> arbor.extent.v1.CreateReplicaResponse
+	39, // 63: arbor.extent.v1.Extent.ChangeReplicas:output_type -> arbor.extent.v1.ChangeReplicasResponse
+	42, // 64: arbor.extent.v1.Extent.ReplicaStatus:output_type -> arbor.extent.v1.ReplicaStatusResponse
+	44, // 65: arbor.extent.v1.Extent.Recover:output_type -> arbor.extent.v1.RecoverResponse
+	55, // [55:66] is the sub-list for method output_type
+	44, // [44:55] is the sub-list for method input_type
 	44, // [44:44] is the sub-list for extension type_name
 	44, // [44:44] is the sub-list for extension extendee
 	0,  // [0:44] is the sub-list for field type_name
@@ -3412,7 +3617,7 @@ func file_internal_extent_extentpb_extent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_extent_extentpb_extent_proto_rawDesc), len(file_internal_extent_extentpb_extent_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

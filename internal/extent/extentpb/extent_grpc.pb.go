@@ -33,6 +33,7 @@ const (
 	Extent_CreateReplica_FullMethodName  = "/arbor.extent.v1.Extent/CreateReplica"
 	Extent_ChangeReplicas_FullMethodName = "/arbor.extent.v1.Extent/ChangeReplicas"
 	Extent_ReplicaStatus_FullMethodName  = "/arbor.extent.v1.Extent/ReplicaStatus"
+	Extent_Recover_FullMethodName        = "/arbor.extent.v1.Extent/Recover"
 )
 
 // ExtentClient is the client API for Extent service.
@@ -51,6 +52,8 @@ type ExtentClient interface {
 	CreateReplica(ctx context.Context, in *CreateReplicaRequest, opts ...grpc.CallOption) (*CreateReplicaResponse, error)
 	ChangeReplicas(ctx context.Context, in *ChangeReplicasRequest, opts ...grpc.CallOption) (*ChangeReplicasResponse, error)
 	ReplicaStatus(ctx context.Context, in *ReplicaStatusRequest, opts ...grpc.CallOption) (*ReplicaStatusResponse, error)
+	// Repair of an extent that lost its quorum (operator only).
+	Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error)
 }
 
 type extentClient struct {
@@ -161,6 +164,16 @@ func (c *extentClient) ReplicaStatus(ctx context.Context, in *ReplicaStatusReque
 	return out, nil
 }
 
+func (c *extentClient) Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecoverResponse)
+	err := c.cc.Invoke(ctx, Extent_Recover_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExtentServer is the server API for Extent service.
 // All implementations must embed UnimplementedExtentServer
 // for forward compatibility.
@@ -177,6 +190,8 @@ type ExtentServer interface {
 	CreateReplica(context.Context, *CreateReplicaRequest) (*CreateReplicaResponse, error)
 	ChangeReplicas(context.Context, *ChangeReplicasRequest) (*ChangeReplicasResponse, error)
 	ReplicaStatus(context.Context, *ReplicaStatusRequest) (*ReplicaStatusResponse, error)
+	// Repair of an extent that lost its quorum (operator only).
+	Recover(context.Context, *RecoverRequest) (*RecoverResponse, error)
 	mustEmbedUnimplementedExtentServer()
 }
 
@@ -216,6 +231,9 @@ func (UnimplementedExtentServer) ChangeReplicas(context.Context, *ChangeReplicas
 }
 func (UnimplementedExtentServer) ReplicaStatus(context.Context, *ReplicaStatusRequest) (*ReplicaStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReplicaStatus not implemented")
+}
+func (UnimplementedExtentServer) Recover(context.Context, *RecoverRequest) (*RecoverResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Recover not implemented")
 }
 func (UnimplementedExtentServer) mustEmbedUnimplementedExtentServer() {}
 func (UnimplementedExtentServer) testEmbeddedByValue()                {}
@@ -418,6 +436,24 @@ func _Extent_ReplicaStatus_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Extent_Recover_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecoverRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExtentServer).Recover(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Extent_Recover_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExtentServer).Recover(ctx, req.(*RecoverRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Extent_ServiceDesc is the grpc.ServiceDesc for Extent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -464,6 +500,10 @@ var Extent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReplicaStatus",
 			Handler:    _Extent_ReplicaStatus_Handler,
+		},
+		{
+			MethodName: "Recover",
+			Handler:    _Extent_Recover_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
