@@ -78,6 +78,7 @@ and a transactional key-value store over one replicated store.
 		newBlobCmd(a), newTLTCmd(a),
 		newKVCmd(a),
 		newFSCmd(a), newSnapshotCmd(a), newMountCmd(a), newFsckCmd(a), newTableCmd(a),
+		newGatewayCmd(a),
 	)
 	return root
 }
