@@ -8,11 +8,18 @@ import (
 	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/directory"
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/extent"
+	"github.com/arbor-storage/arbor/internal/overview"
 	"github.com/arbor-storage/arbor/internal/server"
 )
 
-// ClusterHealthy is the default health check: HTTPHealthy, and the
-// directory has a leader that sees every running node alive.
+// ClusterHealthy is the default health check: HTTPHealthy (every node's
+// modules serve: registered, a directory leader known, a current TLT on
+// storage nodes), the directory has a leader that sees every running node
+// alive, and every extent that a majority of reachable replicas can serve
+// has a leader (ExtentsLed). Only then can a client's first call succeed
+// without waiting for an election (issue 13: kv put right after arbor dev
+// printed ready failed on an extent with no leader yet).
 func ClusterHealthy(ctx context.Context, c *Cluster) error {
 	if err := HTTPHealthy(ctx, c); err != nil {
 		return err
@@ -36,6 +43,47 @@ func ClusterHealthy(ctx context.Context, c *Cluster) error {
 			return fmt.Errorf("node %d is not registered with the directory", n.ID)
 		} else if s != pb.NodeState_NODE_STATE_ALIVE {
 			return fmt.Errorf("node %d is %s", n.ID, directory.StateName(s))
+		}
+	}
+	return ExtentsLed(ctx, c)
+}
+
+// ExtentsLed checks that every extent whose replicas on running nodes the
+// harness has not cut off form a majority has a leader among them. An
+// extent that lost its majority cannot elect one and is not waited for.
+func ExtentsLed(ctx context.Context, c *Cluster) error {
+	dir, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	ec, err := extent.NewClient(extent.ClientConfig{Directory: dir, DialOptions: client.DialOptions(c.ClusterID())})
+	if err != nil {
+		return err
+	}
+	defer ec.Close()
+	ctx, cancel := context.WithTimeout(ctx, healthRequestTimeout)
+	defer cancel()
+	views, err := overview.FetchExtents(ctx, ec)
+	if err != nil {
+		return err
+	}
+	up := map[uint64]bool{}
+	for _, n := range c.Nodes() {
+		up[n.ID] = n.Running && !c.CutOff(n.ID)
+	}
+	for _, v := range views {
+		live := 0
+		for _, r := range v.Replicas {
+			if up[r] {
+				live++
+			}
+		}
+		if 2*live <= len(v.Replicas) {
+			continue
+		}
+		if v.Leader == 0 || !up[v.Leader] || !slices.Contains(v.Replicas, v.Leader) {
+			return fmt.Errorf("extent %d has no leader yet (replicas %v)", v.ID, v.Replicas)
 		}
 	}
 	return nil

@@ -29,9 +29,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/btree/extentstore"
@@ -133,7 +137,65 @@ func OpenOnExtents(ctx context.Context, dir Directory, ec *extent.Client, cfg bt
 // Open opens the cluster's KV tree over store, creating it if the
 // directory records none. cfg is the tree's configuration; Store, Root and
 // Extents are filled in here.
+//
+// A cluster that is starting or failing over is waited for: while the
+// cluster has no extent yet, an extent has no leader, or the directory
+// does not answer, Open tries again with backoff until ctx ends (or, if ctx
+// has no deadline, for at most DefaultOpenPatience). Only an answer that
+// will not change (a corrupt root pointer, a refusal) fails at once.
 func Open(ctx context.Context, dir Directory, store btree.PageStore, cfg btree.Config) (*btree.Tree, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultOpenPatience)
+		defer cancel()
+	}
+	backoff := minOpenBackoff
+	for {
+		tr, err := open(ctx, dir, store, cfg)
+		if err == nil || !transient(err) {
+			return tr, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (gave up retrying: %v)", err, context.Cause(ctx))
+		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
+		}
+		backoff = min(2*backoff, maxOpenBackoff)
+	}
+}
+
+// Retries of Open.
+const (
+	// DefaultOpenPatience bounds Open's retries when its context has no
+	// deadline.
+	DefaultOpenPatience = time.Minute
+	minOpenBackoff      = 20 * time.Millisecond
+	maxOpenBackoff      = time.Second
+)
+
+// transient reports whether an error of open may go away by itself: no
+// extents yet, an extent without a leader or whose outcome is unknown, or a
+// directory that gave no answer (an election, a node down).
+func transient(err error) bool {
+	switch {
+	case errors.Is(err, ErrNoExtents), errors.Is(err, btree.ErrUnavailable), errors.Is(err, btree.ErrAmbiguous),
+		errors.Is(err, extent.ErrUnavailable), errors.Is(err, extent.ErrAmbiguous), errors.Is(err, btree.ErrGaveUp):
+		return true
+	case errors.Is(err, btree.ErrCorrupt), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	}
+	var de *directory.Error
+	if errors.As(err, &de) {
+		return !directory.IsRefusal(err)
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+func open(ctx context.Context, dir Directory, store btree.PageStore, cfg btree.Config) (*btree.Tree, error) {
 	extents, err := listExtents(ctx, dir)
 	if err != nil {
 		return nil, err

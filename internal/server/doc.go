@@ -17,7 +17,8 @@
 //     Admin service, and the HTTP server (/metrics, /healthz,
 //     /debug/pprof/).
 //  5. Init every module in order (they register services and metrics).
-//  6. Serve gRPC and HTTP, then Start every module in order.
+//  6. Serve gRPC and HTTP, then Start every module in order; a module's
+//     services accept calls only once its Start returned (invariant 6).
 //  7. On Shutdown: /healthz reports "stopping", modules Stop in reverse,
 //     gRPC drains then stops, HTTP stops, connections, DB, pid file, lock.
 //
@@ -38,4 +39,7 @@
 //  5. The DB outlives every module and every gRPC handler: it is closed
 //     only after all modules stopped and the gRPC server has waited for
 //     its handlers.
+//  6. No RPC reaches a module that is not running: the services a module
+//     registers answer codes.Unavailable (which clients retry) until its
+//     Start has returned, and again once its Stop begins (rpcGate).
 package server

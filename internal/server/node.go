@@ -69,6 +69,7 @@ type Node struct {
 	httpServer *http.Server
 	httpLis    net.Listener
 	modules    []Module // those whose Init succeeded, in order
+	gate       *rpcGate
 
 	// failed receives the first error of a server that stops serving by
 	// itself.
@@ -159,7 +160,8 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 	}
 
 	health := newHealth(cfg.NodeID, cfg.ClusterID)
-	n.grpcServer = grpc.NewServer(serverOptions(cfg, logger, inj, rm)...)
+	n.gate = newRPCGate(cfg.NodeID)
+	n.grpcServer = grpc.NewServer(serverOptions(cfg, logger, inj, rm, n.gate)...)
 	faultspb.RegisterAdminServer(n.grpcServer, faults.NewAdminServer(inj, logger))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -191,7 +193,11 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 		Health:        health,
 	}
 	for _, m := range modules {
-		if err := m.Init(ctx, n.env); err != nil {
+		// Each module registers its services through the gate, which
+		// refuses calls to them until the module has started.
+		menv := *n.env
+		menv.GRPC = n.gate.registrar(n.grpcServer, m.Name())
+		if err := m.Init(ctx, &menv); err != nil {
 			return n, fmt.Errorf("init %s: %w", m.Name(), err)
 		}
 		n.modules = append(n.modules, m)
@@ -211,6 +217,7 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 		if err := m.Start(ctx); err != nil {
 			return n, fmt.Errorf("start %s: %w", m.Name(), err)
 		}
+		n.gate.setRunning(m.Name(), true)
 	}
 	health.setPhase(phaseServing)
 	logger.Info("node serving", "cluster", cfg.ClusterID, "grpc", advertise, "http", n.httpLis.Addr().String(),
@@ -269,6 +276,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 		n.env.Health.setPhase(phaseStopping)
 	}
 	for i := len(n.modules) - 1; i >= 0; i-- {
+		n.gate.setRunning(n.modules[i].Name(), false)
 		if err := n.modules[i].Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop %s: %w", n.modules[i].Name(), err))
 		}

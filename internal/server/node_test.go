@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -375,5 +376,116 @@ func TestRunStopsOnCancel(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, PIDFileName)); !os.IsNotExist(err) {
 		t.Fatalf("pid file left behind: %v", err)
+	}
+}
+
+// startedService fails the test's call if it runs before its module
+// started: the handler of a module that is not running must never run.
+type startedService struct {
+	testpb.UnimplementedTestServiceServer
+	started *atomic.Bool
+	early   *atomic.Int64
+}
+
+func (s startedService) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
+	if !s.started.Load() {
+		s.early.Add(1)
+	}
+	return &testpb.Empty{}, nil
+}
+
+// TestNoRPCReachesAModuleBeforeItStarts calls a module's service in a loop
+// while the module's Start is held: every call is refused Unavailable (the
+// handler never runs early) until Start returns, then calls are served;
+// once shutdown begins they are refused again. The faults Admin service,
+// owned by no module, answers throughout. (Issue 13 item 5: a
+// Directory/Register reached the raft engine before it started.)
+func TestNoRPCReachesAModuleBeforeItStarts(t *testing.T) {
+	var started atomic.Bool
+	var early atomic.Int64
+	addrs := make(chan string, 1)
+	release := make(chan struct{})
+	stopping := make(chan struct{})
+	stopRelease := make(chan struct{})
+	mod := ModuleFuncs{ModuleName: "slow",
+		InitFunc: func(_ context.Context, env *Env) error {
+			testpb.RegisterTestServiceServer(env.GRPC, startedService{started: &started, early: &early})
+			addrs <- env.AdvertiseAddr
+			return nil
+		},
+		StartFunc: func(context.Context) error {
+			<-release
+			started.Store(true)
+			return nil
+		},
+		StopFunc: func(context.Context) error {
+			started.Store(false)
+			close(stopping)
+			<-stopRelease
+			return nil
+		},
+	}
+	type result struct {
+		n   *Node
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := Start(context.Background(), testNodeConfig(t, 1, "c1", t.TempDir()), []Module{mod})
+		done <- result{n, err}
+	}()
+	addr := <-addrs
+	cc := toolConn(t, addr, "c1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	call := func() error {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		defer ccancel()
+		_, err := testpb.NewTestServiceClient(cc).EmptyCall(cctx, &testpb.Empty{})
+		return err
+	}
+	// The gRPC server serves while Start is held: wait until a call gets
+	// the gate's answer (not a connection error), then make many more.
+	for {
+		err := call()
+		if err == nil {
+			t.Fatal("a call was served before the module started")
+		}
+		if status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "not serving") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no refusal from the gate: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 50 {
+		if err := call(); status.Code(err) != codes.Unavailable {
+			t.Fatalf("call before Start returned: %v, want Unavailable", err)
+		}
+	}
+	if _, err := faultspb.NewAdminClient(cc).GetFaults(ctx, &faultspb.GetFaultsRequest{}); err != nil {
+		t.Fatalf("Admin service while modules start: %v", err)
+	}
+	close(release)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := call(); err != nil {
+		t.Fatalf("call after Start: %v", err)
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- r.n.Shutdown(context.Background()) }()
+	<-stopping
+	if err := call(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("call while the module stops: %v, want Unavailable", err)
+	}
+	close(stopRelease)
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	if n := early.Load(); n != 0 {
+		t.Fatalf("%d calls reached the module while it was not running", n)
 	}
 }

@@ -107,20 +107,22 @@ func recovered(logger *slog.Logger, method string, r any) error {
 
 // serverOptions are the gRPC server options of a node: interceptors in the
 // order metrics, recovery, cluster check, faults (partitions and stream
-// faults).
-func serverOptions(cfg Config, logger *slog.Logger, inj *faults.Injector, rm *rpcMetrics) []grpc.ServerOption {
+// faults), module gate (no call reaches a module that is not running).
+func serverOptions(cfg Config, logger *slog.Logger, inj *faults.Injector, rm *rpcMetrics, gate *rpcGate) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(
 			rm.unaryInterceptor(),
 			recoveryUnaryServerInterceptor(logger),
 			clusterUnaryServerInterceptor(cfg.ClusterID, cfg.NodeID),
 			inj.UnaryServerInterceptor(),
+			gate.unaryInterceptor(),
 		),
 		grpc.ChainStreamInterceptor(
 			rm.streamInterceptor(),
 			recoveryStreamServerInterceptor(logger),
 			clusterStreamServerInterceptor(cfg.ClusterID, cfg.NodeID),
 			inj.StreamServerInterceptor(),
+			gate.streamInterceptor(),
 		),
 		grpc.MaxRecvMsgSize(maxRPCMessageBytes),
 		grpc.MaxSendMsgSize(maxRPCMessageBytes),

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/directory"
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/tract"
+	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
 )
 
 // tractModule runs the tract store (DESIGN §2.3): on storage nodes, one
@@ -90,6 +92,23 @@ func (m *tractModule) Init(ctx context.Context, env *Env) error {
 		}
 		m.svc.Register(env.GRPC)
 		if err := env.Metrics.Register(m.svc.Collector()); err != nil {
+			return err
+		}
+		// Ready only with a current TLT: before the directory installs
+		// one, every blob call fails.
+		if err := env.Health.AddCheck("tract-tlt", func(ctx context.Context) error {
+			st, err := m.svc.Status(ctx, &tpb.StatusRequest{})
+			if err != nil {
+				return err
+			}
+			if !st.GetServing() {
+				if st.GetTltVersion() == 0 {
+					return errors.New("no TLT installed yet")
+				}
+				return fmt.Errorf("TLT version %d is not current", st.GetTltVersion())
+			}
+			return nil
+		}); err != nil {
 			return err
 		}
 	}

@@ -235,7 +235,16 @@ func (m *directoryModule) Init(ctx context.Context, env *Env) error {
 	}
 	m.svc = svc
 	pb.RegisterDirectoryServer(env.GRPC, svc)
-	return nil
+	return env.Health.AddCheck("directory-leader", func(context.Context) error {
+		st, err := e.Status(directory.GroupID)
+		if err != nil {
+			return err
+		}
+		if st.Leader == 0 {
+			return errors.New("this directory replica knows no leader")
+		}
+		return nil
+	})
 }
 
 func (m *directoryModule) Start(context.Context) error {

@@ -128,7 +128,10 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// TLT returns the client's TLT, fetching it if it has none.
+// TLT returns the client's TLT, fetching it if it has none. A cluster that
+// has not installed its first TLT yet (it is starting), or a directory
+// that does not answer (an election), is waited for with backoff until ctx
+// ends; only a refusal of another kind fails at once.
 func (c *Client) TLT(ctx context.Context) (*Table, error) {
 	c.mu.Lock()
 	t := c.table
@@ -136,7 +139,20 @@ func (c *Client) TLT(ctx context.Context) (*Table, error) {
 	if t != nil {
 		return t, nil
 	}
-	return c.refresh(ctx, true)
+	backoff := minClientBackoff
+	for {
+		t, err := c.refresh(ctx, true)
+		if err == nil || !firstTLTRetryable(err) {
+			return t, err
+		}
+		c.log.Debug("no TLT yet; retrying", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (waited for the cluster's TLT until: %v)", err, ctx.Err())
+		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
+		}
+		backoff = min(2*backoff, maxClientBackoff)
+	}
 }
 
 // refresh fetches the TLT (at most once per minTLTRefreshInterval unless
@@ -216,6 +232,18 @@ func (c *Client) acquire(ctx context.Context) (func(), error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// firstTLTRetryable reports whether fetching the first TLT may succeed if
+// asked again: the directory has none yet (NotFound) or gave no answer.
+// A request the directory judged bad, or a node of another cluster,
+// fails at once.
+func firstTLTRetryable(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented:
+		return false
+	}
+	return true
 }
 
 // retryable classifies an error: final errors are returned to the caller;
