@@ -29,9 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -42,6 +40,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/extent"
+	"github.com/arbor-storage/arbor/internal/retry"
 )
 
 const (
@@ -140,38 +139,21 @@ func OpenOnExtents(ctx context.Context, dir Directory, ec *extent.Client, cfg bt
 //
 // A cluster that is starting or failing over is waited for: while the
 // cluster has no extent yet, an extent has no leader, or the directory
-// does not answer, Open tries again with backoff until ctx ends (or, if ctx
-// has no deadline, for at most DefaultOpenPatience). Only an answer that
-// will not change (a corrupt root pointer, a refusal) fails at once.
+// does not answer, Open tries again with retry.Failover's backoff until
+// ctx ends (or, if ctx has no deadline, for retry.DefaultOperation; see
+// internal/retry). Only an answer that will not change (a corrupt root
+// pointer, a refusal) fails at once.
 func Open(ctx context.Context, dir Directory, store btree.PageStore, cfg btree.Config) (*btree.Tree, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultOpenPatience)
-		defer cancel()
-	}
-	backoff := minOpenBackoff
-	for {
-		tr, err := open(ctx, dir, store, cfg)
-		if err == nil || !transient(err) {
-			return tr, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (gave up retrying: %v)", err, context.Cause(ctx))
-		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
-		}
-		backoff = min(2*backoff, maxOpenBackoff)
-	}
+	ctx, cancel := retry.WithDefault(ctx, retry.DefaultOperation)
+	defer cancel()
+	var tr *btree.Tree
+	err := retry.Do(ctx, retry.Policy{Backoff: retry.Failover, Retryable: transient}, func(ctx context.Context, _ int) error {
+		var err error
+		tr, err = open(ctx, dir, store, cfg)
+		return err
+	})
+	return tr, err
 }
-
-// Retries of Open.
-const (
-	// DefaultOpenPatience bounds Open's retries when its context has no
-	// deadline.
-	DefaultOpenPatience = time.Minute
-	minOpenBackoff      = 20 * time.Millisecond
-	maxOpenBackoff      = time.Second
-)
 
 // transient reports whether an error of open may go away by itself: no
 // extents yet, an extent without a leader or whose outcome is unknown, or a

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/retry"
 	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
 )
 
@@ -130,8 +131,8 @@ func (c *Client) Close() error {
 
 // TLT returns the client's TLT, fetching it if it has none. A cluster that
 // has not installed its first TLT yet (it is starting), or a directory
-// that does not answer (an election), is waited for with backoff until ctx
-// ends; only a refusal of another kind fails at once.
+// that does not answer (an election), is waited for with retry.Failover's
+// backoff until ctx ends; only a refusal of another kind fails at once.
 func (c *Client) TLT(ctx context.Context) (*Table, error) {
 	c.mu.Lock()
 	t := c.table
@@ -139,20 +140,15 @@ func (c *Client) TLT(ctx context.Context) (*Table, error) {
 	if t != nil {
 		return t, nil
 	}
-	backoff := minClientBackoff
-	for {
-		t, err := c.refresh(ctx, true)
-		if err == nil || !firstTLTRetryable(err) {
-			return t, err
+	err := retry.Do(ctx, retry.Policy{Backoff: retry.Failover, Retryable: firstTLTRetryable}, func(ctx context.Context, _ int) error {
+		var err error
+		t, err = c.refresh(ctx, true)
+		if err != nil {
+			c.log.Debug("no TLT yet; retrying", "err", err)
 		}
-		c.log.Debug("no TLT yet; retrying", "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (waited for the cluster's TLT until: %v)", err, ctx.Err())
-		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
-		}
-		backoff = min(2*backoff, maxClientBackoff)
-	}
+		return err
+	})
+	return t, err
 }
 
 // refresh fetches the TLT (at most once per minTLTRefreshInterval unless
