@@ -114,7 +114,7 @@ func newExtentCmd(a *app) *cobra.Command {
 	}
 	scf.register(show)
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
-	cmd.AddCommand(list, show)
+	cmd.AddCommand(list, show, newExtentRecoverCmd(a))
 	return cmd
 }
 

@@ -494,6 +494,19 @@ func (m *Manager) repair(ctx context.Context, e *dpb.Extent, nodes nodeView, loa
 	for _, n := range append(slices.Clone(ls.Voters), ls.Learners...) {
 		members[n] = true
 	}
+	// A live replica the group no longer counts (it was recovered from
+	// another replica by arbor extent recover while this one was away) is
+	// dropped from the map like a gone one; its node collects it as an
+	// orphan (Node.collectOrphans).
+	kept := live[:0:0]
+	for _, r := range live {
+		if members[r] {
+			kept = append(kept, r)
+		} else {
+			gone = append(gone, r)
+		}
+	}
+	live = kept
 	// A member not in the map is an earlier pass's new replica: finish it.
 	var target uint64
 	for n := range members {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	pb "github.com/arbor-storage/arbor/internal/extent/extentpb"
 )
 
@@ -27,6 +29,11 @@ const (
 	maxRecoveriesPerPass = 64
 	// recoveryTimeout bounds the recovery of one transaction.
 	recoveryTimeout = 5 * time.Second
+	// defaultOrphanInterval is how often a node looks for orphan replicas
+	// (the first look is at start).
+	defaultOrphanInterval = 30 * time.Second
+	// orphanAskTimeout bounds each question of an orphan check.
+	orphanAskTimeout = 3 * time.Second
 )
 
 // NodeConfig configures the extent store of one node.
@@ -45,6 +52,9 @@ type NodeConfig struct {
 	RecoveryInterval time.Duration
 	// CallTimeout is the default deadline of the node's own client calls.
 	CallTimeout time.Duration
+	// OrphanInterval is how often orphan replicas are looked for (default
+	// 30 s; the first look is at Start).
+	OrphanInterval time.Duration
 }
 
 // Node is the extent store on one node: the Extent service, a client for
@@ -60,7 +70,7 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	recovered, recoverFailed atomic.Uint64
+	recovered, recoverFailed, orphansRemoved atomic.Uint64
 }
 
 // NewNode builds a node's extent store. Register its service before the
@@ -75,8 +85,11 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.RecoveryInterval == 0 {
 		cfg.RecoveryInterval = defaultRecoveryInterval
 	}
-	if cfg.RecoveryInterval < time.Millisecond {
-		return nil, errors.New("extent: recovery interval below 1ms")
+	if cfg.OrphanInterval == 0 {
+		cfg.OrphanInterval = defaultOrphanInterval
+	}
+	if cfg.RecoveryInterval < time.Millisecond || cfg.OrphanInterval < time.Millisecond {
+		return nil, errors.New("extent: recovery or orphan interval below 1ms")
 	}
 	client, err := NewClient(ClientConfig{Directory: cfg.Directory, DialOptions: cfg.DialOptions, CallTimeout: cfg.CallTimeout, Logger: cfg.Logger})
 	if err != nil {
@@ -117,10 +130,14 @@ func (n *Node) Server() *Server { return n.server }
 func (n *Node) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
 		n.recoveryLoop(ctx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.orphanLoop(ctx)
 	}()
 	if n.manager != nil {
 		n.wg.Add(1)
@@ -188,6 +205,87 @@ func (n *Node) recoverStale(ctx context.Context) {
 	}
 }
 
+func (n *Node) orphanLoop(ctx context.Context) {
+	t := time.NewTicker(n.cfg.OrphanInterval)
+	defer t.Stop()
+	for {
+		n.collectOrphans(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// collectOrphans removes this node's replicas that their extents no longer
+// count (issue 13): the replica of a node that was declared dead while its
+// extents were re-replicated elsewhere (or recovered from another replica,
+// arbor extent recover), and that came back with its old copy. Such a
+// replica never learnt of its removal, so it would keep its disk space,
+// and its group's old members could even elect a leader among themselves.
+//
+// A replica is an orphan when all three hold:
+//
+//  1. it belongs to a group (its conf state names members): a new empty
+//     replica, waiting to be added and sent a snapshot, is left alone;
+//  2. the directory's extent map does not list this node for the extent;
+//  3. a replica the map does list leads the group, and its membership
+//     (voters and learners) does not include this node: a replica being
+//     added (a learner, not yet in the map) is a member, so it stays.
+//
+// Anything not known for sure (the directory or the map's replicas
+// unreachable) leaves the replica alone until the next look.
+func (n *Node) collectOrphans(ctx context.Context) {
+	self := n.cfg.Engine.NodeID()
+	for _, gid := range n.cfg.Engine.Groups() {
+		if ctx.Err() != nil {
+			return
+		}
+		if gid < FirstExtentID {
+			continue
+		}
+		if raw, err := n.cfg.Engine.StateMachine(gid); err != nil {
+			continue
+		} else if _, ok := raw.(*StateMachine); !ok {
+			continue
+		}
+		st, err := n.cfg.Engine.Status(gid)
+		if err != nil || len(st.Voters)+len(st.Learners) == 0 {
+			continue
+		}
+		if n.isOrphan(ctx, self, gid) {
+			rctx, cancel := context.WithTimeout(ctx, orphanAskTimeout)
+			err := n.cfg.Engine.RemoveGroup(rctx, gid)
+			cancel()
+			if err != nil {
+				n.log.Warn("removing an orphan extent replica", "extent", gid, "err", err)
+				continue
+			}
+			n.orphansRemoved.Add(1)
+			n.log.Warn("orphan extent replica removed: the extent map and the group's leader no longer count this node",
+				"extent", gid, "local_voters", st.Voters, "local_term", st.Term)
+		}
+	}
+}
+
+func (n *Node) isOrphan(ctx context.Context, self, gid uint64) bool {
+	actx, cancel := context.WithTimeout(ctx, orphanAskTimeout)
+	defer cancel()
+	e, err := n.cfg.Directory.GetExtent(actx, &dpb.GetExtentRequest{ExtentId: gid})
+	if err != nil || slices.Contains(e.Replicas, self) {
+		return false
+	}
+	for _, r := range e.Replicas {
+		rs, err := n.client.ReplicaStatus(actx, r, gid, false)
+		if err != nil || !rs.Exists || rs.LeaderId != r {
+			continue
+		}
+		return !slices.Contains(rs.Voters, self) && !slices.Contains(rs.Learners, self)
+	}
+	return false
+}
+
 // nodeCollector exports the node's counters to Prometheus.
 type nodeCollector struct{ n *Node }
 
@@ -220,6 +318,7 @@ var nodeMetrics = func() []nodeMetric {
 		def("ambiguous_total", "Writes answered with an unknown outcome.", c, func(n *Node) float64 { return u(&n.server.stats.ambiguous) }),
 		def("stale_txns_recovered_total", "Transactions past their expiry resolved by background recovery.", c, func(n *Node) float64 { return u(&n.recovered) }),
 		def("stale_txn_recoveries_failed_total", "Background recoveries left incomplete.", c, func(n *Node) float64 { return u(&n.recoverFailed) }),
+		def("orphan_replicas_removed_total", "Replicas removed because their extent no longer counts this node.", c, func(n *Node) float64 { return u(&n.orphansRemoved) }),
 		def("manager_extents", "Extents in the map (directory leader only).", g, mgr(func(s *managerStats) float64 { return float64(s.extents.Load()) })),
 		def("manager_under_replicated", "Extents with a replica on a gone node or too few replicas.", g, mgr(func(s *managerStats) float64 { return float64(s.underReplicated.Load()) })),
 		def("manager_extents_created_total", "Extents the manager created.", c, mgr(func(s *managerStats) float64 { return u(&s.created) })),

@@ -29,6 +29,8 @@ type Engine interface {
 	AddLearner(ctx context.Context, gid, node uint64) error
 	AddVoter(ctx context.Context, gid, node uint64) error
 	RemoveReplica(ctx context.Context, gid, node uint64) error
+	RecoverAlone(ctx context.Context, gid uint64) (raftengine.RecoveryReport, error)
+	RemoveGroup(ctx context.Context, gid uint64) error
 }
 
 // PeerFunc returns the Extent service of another node, for forwarding.
@@ -482,6 +484,7 @@ func (s *Server) ReplicaStatus(ctx context.Context, req *pb.ReplicaStatusRequest
 	}
 	resp := &pb.ReplicaStatusResponse{
 		Exists: true, NodeId: s.self, LeaderId: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied,
+		LastIndex: st.LastIndex, LastTerm: st.LastTerm,
 		Voters: slices.Clone(st.Voters), Learners: slices.Clone(st.Learners), Geometry: sm.geo.toProto(),
 	}
 	for node, p := range st.Progress {
@@ -489,4 +492,28 @@ func (s *Server) ReplicaStatus(ctx context.Context, req *pb.ReplicaStatusRequest
 	}
 	slices.SortFunc(resp.Progress, func(a, b *pb.ReplicaProgress) int { return int(a.NodeId) - int(b.NodeId) })
 	return resp, nil
+}
+
+// Recover implements pb.ExtentServer: the operator's repair of an extent
+// that lost its quorum (arbor extent recover). This node's replica becomes
+// the only voter of the extent's group, keeping every entry it holds
+// (raftengine.RecoverAlone); the extent manager then re-replicates it.
+// Whatever only the lost replicas held is lost, so the request must say it
+// accepts that.
+func (s *Server) Recover(ctx context.Context, req *pb.RecoverRequest) (*pb.RecoverResponse, error) {
+	if !req.AcceptLoss {
+		return nil, statusError(&pb.Error{Code: pb.Code_CODE_INVALID_ARGUMENT, ExtentId: req.ExtentId,
+			Message: "recovering an extent from one replica loses the writes only the lost replicas held: the request must accept that"})
+	}
+	if _, _, err := s.localReplica(req.ExtentId); err != nil {
+		return nil, err
+	}
+	rep, err := s.e.RecoverAlone(ctx, req.ExtentId)
+	if err != nil {
+		return nil, statusError(&pb.Error{Code: pb.Code_CODE_UNAVAILABLE, ExtentId: req.ExtentId, Message: err.Error()})
+	}
+	s.log.Warn("extent recovered from this replica alone", "extent", req.ExtentId, "removed", rep.Removed,
+		"previous_commit", rep.PreviousCommit, "last_index", rep.LastIndex, "term", rep.Term)
+	return &pb.RecoverResponse{NodeId: s.self, RemovedVoters: rep.Removed, PreviousCommit: rep.PreviousCommit,
+		LastIndex: rep.LastIndex, Term: rep.Term}, nil
 }

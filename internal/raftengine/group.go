@@ -746,7 +746,7 @@ func (g *group) publishStatus() {
 	if prev != nil && prev.Leader == st.Lead && prev.Term == st.HardState.GetTerm() &&
 		prev.Commit == st.HardState.GetCommit() && prev.Applied == g.applied &&
 		prev.Quiesced == g.quiesced.Load() && prev.confState == g.confState && prev.LogStart == g.store.truncIndex+1 &&
-		prev.LastIndex == g.store.lastIndex {
+		prev.LastIndex == g.store.lastIndex && prev.LastTerm == g.store.lastTerm {
 		return
 	}
 	g.status.Store(&GroupStatus{
@@ -762,6 +762,7 @@ func (g *group) publishStatus() {
 		Quiesced:  g.quiesced.Load(),
 		LogStart:  g.store.truncIndex + 1,
 		LastIndex: g.store.lastIndex,
+		LastTerm:  g.store.lastTerm,
 		confState: g.confState,
 	})
 }

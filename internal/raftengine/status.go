@@ -18,8 +18,9 @@ type GroupStatus struct {
 	Quiesced bool
 	// LogStart is the first index still in this replica's log; a replica
 	// that needs an earlier one is sent a snapshot. LastIndex is the last
-	// index in it, persisted.
-	LogStart, LastIndex uint64
+	// index in it, persisted, and LastTerm that entry's term: with it, how
+	// up to date the replica is (raft's election rule; RecoverAlone).
+	LogStart, LastIndex, LastTerm uint64
 	// Progress is the leader's view of each replica's match index; empty
 	// on followers.
 	Progress map[uint64]ReplicaProgress
