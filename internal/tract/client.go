@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -67,6 +68,10 @@ type Client struct {
 	closed      bool
 	sem         chan struct{}
 	rng         *rand.Rand
+
+	coders coders
+	// degradedReads counts erasure-coded reads that had to reconstruct.
+	degradedReads atomic.Uint64
 }
 
 // NewClient returns a client; it contacts nothing until the first call.
@@ -339,13 +344,20 @@ type BlobInfo struct {
 	GUID        GUID
 	Tracts      uint64
 	Replication int
+	// Layout is the blob's layout (for an erasure-coded blob Replication
+	// is D+P, the slots its stripes use).
+	Layout      Layout
 	Incarnation uint64
 	Created     time.Time
 	Modified    time.Time
 }
 
 func infoOf(g GUID, m *tpb.BlobMeta) BlobInfo {
-	return BlobInfo{GUID: g, Tracts: m.GetLengthTracts(), Replication: int(m.GetReplication()), Incarnation: m.GetIncarnation(),
+	l := Layout{Replicas: int(m.GetReplication())}
+	if m.GetEc() != nil {
+		l = Layout{EC: layoutOf(m.GetEc())}
+	}
+	return BlobInfo{GUID: g, Tracts: m.GetLengthTracts(), Replication: int(m.GetReplication()), Layout: l, Incarnation: m.GetIncarnation(),
 		Created: time.UnixMilli(m.GetCreatedUnixMs()), Modified: time.UnixMilli(m.GetModifiedUnixMs())}
 }
 
@@ -523,6 +535,9 @@ func (b *Blob) WriteTract(ctx context.Context, i uint64, data []byte) error {
 		return err
 	}
 	defer release()
+	if info.Layout.IsEC() {
+		return b.writeStripe(ctx, info, i, data)
+	}
 	crc := Checksum(data)
 	return b.c.do(ctx, fmt.Sprintf("write %s/%d", b.guid, i), func(ctx context.Context, t *Table) error {
 		row := t.Rows[t.Locate(b.guid, int64(i))]
@@ -568,6 +583,9 @@ func (b *Blob) readTract(ctx context.Context, i uint64, metaOnly bool) ([]byte, 
 		return nil, nil, err
 	}
 	defer release()
+	if info.Layout.IsEC() {
+		return b.readStripe(ctx, info, i, metaOnly)
+	}
 	var data []byte
 	var meta *tpb.TractMeta
 	err = b.c.do(ctx, fmt.Sprintf("read %s/%d", b.guid, i), func(ctx context.Context, t *Table) error {
@@ -668,6 +686,10 @@ func (c *Client) NodeStatus(ctx context.Context, node uint64, allRows bool) (*tp
 	}
 	return resp, nil
 }
+
+// DegradedReads counts the erasure-coded tract reads this client served by
+// reconstructing from parity.
+func (c *Client) DegradedReads() uint64 { return c.degradedReads.Load() }
 
 // ScrubNode runs a scrubber pass on every disk of a node now.
 func (c *Client) ScrubNode(ctx context.Context, node uint64, verify bool) (*tpb.ScrubResponse, error) {

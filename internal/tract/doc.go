@@ -72,6 +72,72 @@
 // primary died) first pulls what it lacks from the row's complete replicas.
 // Rows catch up in parallel (8 per disk, 4 tracts per row at a time).
 //
+// # Erasure-coded blobs (DESIGN.md §2.9)
+//
+// A blob's layout is chosen at creation and kept in its metadata (tract
+// -1, BlobMeta.ec): replicas:K, or ec:D+P (Reed-Solomon from
+// klauspost/reedsolomon, FSS's 5+2 by default). Files ec.go (layout,
+// client), ec_server.go (shard RPCs), ec_rebuild.go (rebuild and repair),
+// rangeio.go (byte ranges).
+//
+//   - Placement: we extend the table's rows rather than derive stripes
+//     from several of them. Each data tract of an ec:D+P blob is one
+//     stripe; shard i of tract t lives on slot i of row Locate(g, t), so a
+//     TLT built with k >= D+P slots per row (the tract store's
+//     replication option) places a stripe exactly as FDS places k
+//     replicas: on servers in distinct failure domains, spread over every
+//     disk, and repaired slot by slot by the same PlanRepair. A stripe
+//     made of several rows' members would change shape whenever any of
+//     those rows did, and distinct domains across rows could not be kept
+//     by the per-row repair. Replicated blobs keep using the first r
+//     slots. Creating an ec:D+P blob is refused (INVALID_ARGUMENT,
+//     nothing created) when the rows have fewer than D+P slots or when a
+//     row's first D+P slots share a failure domain (the manager lets
+//     domains repeat only when there are too few).
+//   - Writes: the client encodes the tract (D data shards of
+//     ceil(len/D) bytes, the last zero-padded, and P parity shards) and
+//     sends shard i to slot i's server and to the pending entries for
+//     slot i, all in parallel (WriteShard). Every shard of one write
+//     carries the same random write id, the tract's length and its
+//     CRC-32C. A write is acknowledged only when every shard is durable on
+//     every target (all D+P: no write is acknowledged into a degraded
+//     stripe); a failed write is retried whole after a TLT refresh, so
+//     writes to a row stall while one of its servers is down and not yet
+//     replaced, as replicated writes do.
+//   - Partial writes and appends (rangeio.go) read-modify-write the
+//     stripe: read the tract (reconstructing it if need be), patch, write
+//     the whole stripe with a new write id. Tracts are the unit of
+//     concurrency: concurrent writers of one tract must coordinate, as in
+//     FDS; Extend gives concurrent appenders disjoint tracts.
+//   - Reads read the D data shards (slots 0..D-1) in parallel; if one is
+//     missing, fails its checksum, belongs to another write or its
+//     server cannot answer, they read the parity shards too and decode
+//     from any D shards of one write (the write with most shards), and
+//     check the decoded tract against the writer's CRC-32C. A tract of
+//     which D servers answer without any shard is a hole (every
+//     acknowledged write reached all D+P).
+//   - Shards are records of their own (TractMeta.shard): a server holds
+//     at most one shard per tract, whatever its index. Catch-ups from the
+//     primary neither list, copy nor drop them; instead a member that
+//     catches up a row (a new member, a pending entry, a promoted primary,
+//     a server back from an absence) rebuilds, before it calls the row in
+//     sync, every shard of its slot it lacks or holds of another write or
+//     index: it lists the shards of the row's other members, picks each
+//     stripe's write with most shards, reads D of them and decodes its
+//     own (ReconstructSome), installing it only if its record did not
+//     change meanwhile. Each affected row is rebuilt by its own new
+//     member, so recovery reads from all surviving disks and writes to
+//     all new ones at once (FDS §3.2). A promoted primary holds another
+//     slot's shard; it rebuilds shard 0 over it, which keeps at least D
+//     distinct shards readable at every step.
+//   - A corrupt shard (checksum) is never served: the read decodes
+//     around it, and the server rebuilds it from the others (on read, on
+//     verify's listing and in the scrubber). Verify and the scrubber check
+//     parity: Verify reads every shard of every stripe and recomputes the
+//     parity; the scrubber of each stripe's slot-0 server does the same
+//     in the background and rewrites a shard that is missing or of
+//     another write (WriteShard, conditional on the record it read).
+//
 // # Invariants
 //
 //  1. The stamps of one tract's writes are totally ordered, and the
@@ -103,6 +169,13 @@
 //     are never read as the blob's; the scrubber reclaims them.
 //
 // # Known limits
+//
+// Erasure-coded writes need every shard's server: with no server free to
+// take a dead one's slot (a cluster of exactly D+P failure domains), an
+// ec blob reads (degraded) but cannot be written until the server
+// returns. A stripe whose writer died between its shard writes may hold
+// shards of two writes; reads pick the one with D shards or more, and if
+// neither has D, that tract is lost.
 //
 // Tombstones of deleted blobs are kept (a few hundred bytes each). The
 // scrubber asks each blob's metadata primary once per pass. Writes to a

@@ -197,7 +197,7 @@ func newTestCluster(t testing.TB, n, k int, tractSize uint64) *testCluster {
 	c.cfg = Config{
 		TLTPoll: 20 * time.Millisecond, TLTValidity: 2 * time.Second, RPCTimeout: 10 * time.Second,
 		DropGrace: 200 * time.Millisecond, ReturnGrace: time.Minute, ScrubInterval: time.Hour, VerifyInterval: time.Hour,
-		OrphanGrace: time.Millisecond,
+		OrphanGrace: time.Millisecond, TornStripeGrace: time.Millisecond,
 	}
 	var err error
 	c.manager, err = NewManager(ManagerConfig{

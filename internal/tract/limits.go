@@ -80,6 +80,9 @@ const (
 	// defaultOrphanGrace is how old a tract of a deleted (or never
 	// created) blob must be before the scrubber reclaims it.
 	defaultOrphanGrace = 10 * time.Second
+	// defaultTornStripeGrace is twice the client's attempt timeout: a
+	// stripe write in progress rewrites every shard within one attempt.
+	defaultTornStripeGrace = 2 * defaultAttemptTimeout
 )
 
 // DefaultEmbedBytes is the largest tract kept in the database with its

@@ -229,6 +229,15 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 	}
 	switch req.Op {
 	case tpb.BlobOpKind_BLOB_OP_CREATE:
+		if req.Ec != nil {
+			if req.Replication != 0 {
+				return nil, invalidf("an erasure-coded blob has no replication level (got %d)", req.Replication)
+			}
+			if err := layoutOf(req.Ec).check(t.Replication); err != nil {
+				return nil, err
+			}
+			req.Replication = uint32(layoutOf(req.Ec).Width())
+		}
 		if req.Replication < 1 || int(req.Replication) > t.Replication {
 			return nil, invalidf("replication %d: must be in [1, %d] (the TLT's)", req.Replication, t.Replication)
 		}
@@ -283,7 +292,7 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 			return nil, errorf(tpb.ErrorCode_BLOB_EXISTS, "blob %s already exists", k.guid)
 		}
 		nb = &tpb.BlobMeta{Replication: req.Replication, Incarnation: newIncarnation(old), CreatedUnixMs: now, ModifiedUnixMs: now,
-			LengthTracts: req.ExtendTracts}
+			LengthTracts: req.ExtendTracts, Ec: req.Ec}
 	case tpb.BlobOpKind_BLOB_OP_EXTEND:
 		if !live {
 			return nil, errorf(tpb.ErrorCode_BLOB_NOT_FOUND, "blob %s does not exist", k.guid)
@@ -386,6 +395,9 @@ func (d *disk) listRow(ctx context.Context, req *tpb.ListRowRequest) (*tpb.ListR
 		m, ok := d.store.Get(k)
 		if !ok || m.Stamp.GetRowVersion() < req.SinceVersion {
 			continue
+		}
+		if (m.Shard != nil) != req.Shards {
+			continue // shards are listed only when asked for, and then alone
 		}
 		if m.Blob == nil && m.Replication < req.MinReplication {
 			continue

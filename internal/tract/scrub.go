@@ -39,6 +39,9 @@ func (d *disk) repair(ctx context.Context, k tractKey) (bool, error) {
 	if _, err := d.store.ReadData(k, own); err == nil {
 		return false, nil // repaired meanwhile
 	}
+	if own.Shard != nil {
+		return d.repairShard(ctx, k, own)
+	}
 	t, err := d.svc.currentTable()
 	if err != nil {
 		return false, err
@@ -127,6 +130,9 @@ func (d *disk) scrub(ctx context.Context, verify bool) (*tpb.ScrubResponse, erro
 				}
 			}
 		}
+	}
+	if verify {
+		d.scrubStripes(ctx, res)
 	}
 	if err := d.reclaimDeleted(ctx, res); err != nil {
 		return res, err

@@ -58,7 +58,12 @@ type Config struct {
 	ScrubInterval    time.Duration
 	VerifyInterval   time.Duration
 	OrphanGrace      time.Duration
-	Logger           *slog.Logger
+	// TornStripeGrace is how old every shard of an erasure-coded stripe
+	// must be before the scrubber rewrites a shard of another write than
+	// the stripe's (a writer that died mid-stripe), so that it never
+	// undoes a write in progress.
+	TornStripeGrace time.Duration
+	Logger          *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -86,6 +91,7 @@ func (c *Config) normalize() error {
 	def(&c.ScrubInterval, defaultScrubInterval)
 	def(&c.VerifyInterval, defaultVerifyInterval)
 	def(&c.OrphanGrace, defaultOrphanGrace)
+	def(&c.TornStripeGrace, defaultTornStripeGrace)
 	if c.SyncParallelism == 0 {
 		c.SyncParallelism = defaultSyncParallelism
 	}
@@ -96,7 +102,7 @@ func (c *Config) normalize() error {
 		name string
 		v    time.Duration
 	}{{"TLTPoll", c.TLTPoll}, {"TLTValidity", c.TLTValidity}, {"RPCTimeout", c.RPCTimeout}, {"DropGrace", c.DropGrace},
-		{"ReturnGrace", c.ReturnGrace}, {"ScrubInterval", c.ScrubInterval}, {"VerifyInterval", c.VerifyInterval}, {"OrphanGrace", c.OrphanGrace}} {
+		{"ReturnGrace", c.ReturnGrace}, {"ScrubInterval", c.ScrubInterval}, {"VerifyInterval", c.VerifyInterval}, {"OrphanGrace", c.OrphanGrace}, {"TornStripeGrace", c.TornStripeGrace}} {
 		if d.v < time.Millisecond || d.v > 24*time.Hour {
 			return fmt.Errorf("tract: %s %v out of [1ms, 24h]", d.name, d.v)
 		}
@@ -130,6 +136,8 @@ type Service struct {
 	disks []*disk
 	peers *peers
 	m     counters
+	// coders caches the Reed-Solomon encoders of rebuilds and scrubs.
+	coders coders
 
 	// table is the newest TLT fetched, with the time its fetch was sent.
 	table atomic.Pointer[tableView]
@@ -433,6 +441,9 @@ func (s *Service) Scrub(ctx context.Context, req *tpb.ScrubRequest) (*tpb.ScrubR
 		total.ReclaimedTracts += r.ReclaimedTracts
 		total.ReclaimedBytes += r.ReclaimedBytes
 		total.UnreferencedFiles += r.UnreferencedFiles
+		total.CheckedStripes += r.CheckedStripes
+		total.ParityMismatches += r.ParityMismatches
+		total.RewrittenShards += r.RewrittenShards
 	}
 	return total, nil
 }

@@ -191,7 +191,7 @@ func (d *disk) syncRow(ctx context.Context, r uint32) error {
 		}
 		unlock := d.locks.lock(k)
 		own, ok := d.store.Get(k)
-		if ok && own.Stamp.GetRowVersion() >= since && own.Stamp.GetRowVersion() < row.Version {
+		if ok && own.Shard == nil && own.Stamp.GetRowVersion() >= since && own.Stamp.GetRowVersion() < row.Version {
 			if err := d.store.Delete(k); err != nil {
 				unlock()
 				return err
@@ -199,6 +199,14 @@ func (d *disk) syncRow(ctx context.Context, r uint32) error {
 			dropped++
 		}
 		unlock()
+	}
+	// Shards of erasure-coded tracts are never copied from the primary:
+	// this server decodes the one of its slot from the other members.
+	n, b, err := d.rebuildShards(ctx, r, row, st.slot)
+	copied += n
+	copiedBytes += b
+	if err != nil {
+		return d.syncError(r, row.Version, err)
 	}
 	d.mu.Lock()
 	cur := d.rows[r]
@@ -390,6 +398,12 @@ func (d *disk) syncPrimary(ctx context.Context, t *Table, r uint32, row Row) err
 	}
 	if sources == 0 {
 		d.log.Error("new primary has no complete replica to copy from: tracts only dead servers held are lost", "row", r, "version", row.Version)
+	}
+	n, b, err := d.rebuildShards(ctx, r, row, 0)
+	copied += n
+	copiedBytes += b
+	if err != nil {
+		return d.syncError(r, row.Version, err)
 	}
 	d.mu.Lock()
 	cur := d.rows[r]

@@ -30,6 +30,9 @@ type VerifyReport struct {
 	Blobs      int
 	// Data tracts checked, and replicas of them read and checksummed.
 	Tracts, Replicas int
+	// Erasure-coded tracts (stripes) whose parity was checked, and their
+	// shards read and checksummed.
+	Stripes, Shards int
 	// Replicas of deleted blobs (or earlier incarnations) not yet
 	// reclaimed by the scrubbers: not a problem.
 	Garbage int
@@ -59,7 +62,10 @@ type memberList struct {
 // count: each of the first r members of its row (r the blob's replication)
 // is in sync at the row's current version, holds the tract at the same
 // version as the primary, and its data matches its checksum (each replica
-// is re-read); and that each blob's metadata is identical on every member
+// is re-read); that each erasure-coded tract has all D+P shards of one
+// write, shard i on slot i, each matching its checksum, and that the
+// parity matches the data (every shard is read and the stripe's parity
+// recomputed); and that each blob's metadata is identical on every member
 // of its row. It reads every stored tract, so it takes as long as reading
 // the cluster's data once.
 func (c *Client) Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
@@ -119,6 +125,7 @@ func (c *Client) Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport,
 			rep.Blobs++
 		}
 	}
+	var stripes []stripeCheck
 	for ri, row := range t.Rows {
 		lists := rows[ri]
 		for _, l := range lists {
@@ -161,6 +168,12 @@ func (c *Client) Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport,
 				rep.Garbage++
 				continue
 			}
+			if b.Ec != nil {
+				if checkStripeRecords(rep, k, b, lists) {
+					stripes = append(stripes, stripeCheck{k: k, row: row, b: b})
+				}
+				continue
+			}
 			ref := lists[0].entries[k]
 			if ref != nil && ref.Meta.GetIncarnation() != b.Incarnation {
 				rep.Garbage++
@@ -197,6 +210,10 @@ func (c *Client) Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport,
 			}
 		}
 	}
+	c.verifyStripes(ctx, rep, stripes, opts.Parallelism)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 	return rep, nil
 }
 
@@ -208,26 +225,39 @@ func (c *Client) listMember(ctx context.Context, s ServerID, row int) memberList
 		l.err = err
 		return l
 	}
-	req := &tpb.ListRowRequest{Disk: s.Disk, Row: uint32(row), Verify: true}
+	// Replicas and metadata first, then shards of erasure-coded tracts (a
+	// member holds one or the other under a tract's key).
+	for _, shards := range []bool{false, true} {
+		if !c.listMemberPart(ctx, srv, &l, row, shards) {
+			return l
+		}
+	}
+	return l
+}
+
+// listMemberPart adds one listing of a member to l; false on an error.
+func (c *Client) listMemberPart(ctx context.Context, srv tpb.TractServerClient, l *memberList, row int, shards bool) bool {
+	s := l.server
+	req := &tpb.ListRowRequest{Disk: s.Disk, Row: uint32(row), Verify: true, Shards: shards}
 	for {
 		actx, cancel := context.WithTimeout(ctx, 4*c.cfg.AttemptTimeout)
 		resp, err := srv.ListRow(actx, req)
 		cancel()
 		if err != nil {
 			l.err = err
-			return l
+			return false
 		}
 		l.status = resp.Row
 		for _, e := range resp.Entries {
 			k, err := checkTract(e.Guid, e.Tract, true)
 			if err != nil {
 				l.err = err
-				return l
+				return false
 			}
 			l.entries[k] = e
 		}
 		if !resp.More || len(resp.Entries) == 0 {
-			return l
+			return true
 		}
 		last := resp.Entries[len(resp.Entries)-1]
 		req.AfterGuid, req.AfterTract = last.Guid, last.Tract

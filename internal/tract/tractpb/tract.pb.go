@@ -298,7 +298,11 @@ type BlobMeta struct {
 	ModifiedUnixMs int64 `protobuf:"varint,6,opt,name=modified_unix_ms,json=modifiedUnixMs,proto3" json:"modified_unix_ms,omitempty"`
 	// The last few mutations, so a retried create or extend returns its first
 	// result instead of acting twice.
-	Recent        []*RecentRequest `protobuf:"bytes,7,rep,name=recent,proto3" json:"recent,omitempty"`
+	Recent []*RecentRequest `protobuf:"bytes,7,rep,name=recent,proto3" json:"recent,omitempty"`
+	// Set for an erasure-coded blob (layout ec:D+P, DESIGN.md §2.9): each
+	// data tract is one Reed-Solomon stripe whose shard i lives on slot i of
+	// the tract's row; `replication` is then D+P (the slots it uses).
+	Ec            *ErasureCode `protobuf:"bytes,8,opt,name=ec,proto3" json:"ec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +386,148 @@ func (x *BlobMeta) GetRecent() []*RecentRequest {
 	return nil
 }
 
+func (x *BlobMeta) GetEc() *ErasureCode {
+	if x != nil {
+		return x.Ec
+	}
+	return nil
+}
+
+// ErasureCode is an erasure-coded blob's geometry: D data shards and P
+// parity shards per stripe (FSS's 5+2 by default).
+type ErasureCode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          uint32                 `protobuf:"varint,1,opt,name=data,proto3" json:"data,omitempty"`
+	Parity        uint32                 `protobuf:"varint,2,opt,name=parity,proto3" json:"parity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ErasureCode) Reset() {
+	*x = ErasureCode{}
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ErasureCode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ErasureCode) ProtoMessage() {}
+
+func (x *ErasureCode) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ErasureCode.ProtoReflect.Descriptor instead.
+func (*ErasureCode) Descriptor() ([]byte, []int) {
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ErasureCode) GetData() uint32 {
+	if x != nil {
+		return x.Data
+	}
+	return 0
+}
+
+func (x *ErasureCode) GetParity() uint32 {
+	if x != nil {
+		return x.Parity
+	}
+	return 0
+}
+
+// Shard describes the stripe a stored shard belongs to (a data tract of an
+// erasure-coded blob): which shard it is, the stripe's geometry, the
+// tract's length before encoding, and the id of the stripe write that made
+// it (every shard of one write carries the same id).
+type Shard struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Index       uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Ec          *ErasureCode           `protobuf:"bytes,2,opt,name=ec,proto3" json:"ec,omitempty"`
+	TractLength uint32                 `protobuf:"varint,3,opt,name=tract_length,json=tractLength,proto3" json:"tract_length,omitempty"`
+	// CRC-32C of the whole tract's data, as the client wrote it.
+	TractCrc32C   uint32 `protobuf:"varint,4,opt,name=tract_crc32c,json=tractCrc32c,proto3" json:"tract_crc32c,omitempty"`
+	WriteId       uint64 `protobuf:"varint,5,opt,name=write_id,json=writeId,proto3" json:"write_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Shard) Reset() {
+	*x = Shard{}
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Shard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Shard) ProtoMessage() {}
+
+func (x *Shard) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Shard.ProtoReflect.Descriptor instead.
+func (*Shard) Descriptor() ([]byte, []int) {
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Shard) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Shard) GetEc() *ErasureCode {
+	if x != nil {
+		return x.Ec
+	}
+	return nil
+}
+
+func (x *Shard) GetTractLength() uint32 {
+	if x != nil {
+		return x.TractLength
+	}
+	return 0
+}
+
+func (x *Shard) GetTractCrc32C() uint32 {
+	if x != nil {
+		return x.TractCrc32C
+	}
+	return 0
+}
+
+func (x *Shard) GetWriteId() uint64 {
+	if x != nil {
+		return x.WriteId
+	}
+	return 0
+}
+
 type RecentRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -392,7 +538,7 @@ type RecentRequest struct {
 
 func (x *RecentRequest) Reset() {
 	*x = RecentRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[2]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +550,7 @@ func (x *RecentRequest) String() string {
 func (*RecentRequest) ProtoMessage() {}
 
 func (x *RecentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[2]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +563,7 @@ func (x *RecentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentRequest.ProtoReflect.Descriptor instead.
 func (*RecentRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{2}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RecentRequest) GetId() []byte {
@@ -452,14 +598,18 @@ type TractMeta struct {
 	Blob *BlobMeta `protobuf:"bytes,8,opt,name=blob,proto3" json:"blob,omitempty"`
 	// The data is in the database next to this record (a small tract: one
 	// synced write, no file), not in a file.
-	Embedded      bool `protobuf:"varint,9,opt,name=embedded,proto3" json:"embedded,omitempty"`
+	Embedded bool `protobuf:"varint,9,opt,name=embedded,proto3" json:"embedded,omitempty"`
+	// Set for a shard of an erasure-coded tract: the data is that shard,
+	// held by this server only (replication is 1); catch-ups from the
+	// primary leave it alone and the rebuild (ec_rebuild.go) restores it.
+	Shard         *Shard `protobuf:"bytes,10,opt,name=shard,proto3" json:"shard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TractMeta) Reset() {
 	*x = TractMeta{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[3]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +621,7 @@ func (x *TractMeta) String() string {
 func (*TractMeta) ProtoMessage() {}
 
 func (x *TractMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[3]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +634,7 @@ func (x *TractMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TractMeta.ProtoReflect.Descriptor instead.
 func (*TractMeta) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{3}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TractMeta) GetRow() uint32 {
@@ -550,6 +700,13 @@ func (x *TractMeta) GetEmbedded() bool {
 	return false
 }
 
+func (x *TractMeta) GetShard() *Shard {
+	if x != nil {
+		return x.Shard
+	}
+	return nil
+}
+
 // RowSync records the last time this tractserver finished catching up a
 // row from its primary: it then held every tract its slot needs as of that
 // row version.
@@ -563,7 +720,7 @@ type RowSync struct {
 
 func (x *RowSync) Reset() {
 	*x = RowSync{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[4]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +732,7 @@ func (x *RowSync) String() string {
 func (*RowSync) ProtoMessage() {}
 
 func (x *RowSync) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[4]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +745,7 @@ func (x *RowSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowSync.ProtoReflect.Descriptor instead.
 func (*RowSync) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{4}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RowSync) GetSyncedVersion() uint64 {
@@ -618,7 +775,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[5]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +787,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[5]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +800,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{5}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ErrorDetail) GetCode() ErrorCode {
@@ -687,7 +844,7 @@ type WriteTractRequest struct {
 
 func (x *WriteTractRequest) Reset() {
 	*x = WriteTractRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[6]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +856,7 @@ func (x *WriteTractRequest) String() string {
 func (*WriteTractRequest) ProtoMessage() {}
 
 func (x *WriteTractRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[6]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +869,7 @@ func (x *WriteTractRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteTractRequest.ProtoReflect.Descriptor instead.
 func (*WriteTractRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{6}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WriteTractRequest) GetDisk() uint32 {
@@ -780,7 +937,7 @@ type WriteTractResponse struct {
 
 func (x *WriteTractResponse) Reset() {
 	*x = WriteTractResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[7]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +949,7 @@ func (x *WriteTractResponse) String() string {
 func (*WriteTractResponse) ProtoMessage() {}
 
 func (x *WriteTractResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[7]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +962,7 @@ func (x *WriteTractResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteTractResponse.ProtoReflect.Descriptor instead.
 func (*WriteTractResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{7}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WriteTractResponse) GetStamp() *Stamp {
@@ -831,7 +988,7 @@ type ReadTractRequest struct {
 
 func (x *ReadTractRequest) Reset() {
 	*x = ReadTractRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[8]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +1000,7 @@ func (x *ReadTractRequest) String() string {
 func (*ReadTractRequest) ProtoMessage() {}
 
 func (x *ReadTractRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[8]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +1013,7 @@ func (x *ReadTractRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadTractRequest.ProtoReflect.Descriptor instead.
 func (*ReadTractRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{8}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReadTractRequest) GetDisk() uint32 {
@@ -913,7 +1070,7 @@ type ReadTractResponse struct {
 
 func (x *ReadTractResponse) Reset() {
 	*x = ReadTractResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[9]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1082,7 @@ func (x *ReadTractResponse) String() string {
 func (*ReadTractResponse) ProtoMessage() {}
 
 func (x *ReadTractResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[9]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1095,7 @@ func (x *ReadTractResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadTractResponse.ProtoReflect.Descriptor instead.
 func (*ReadTractResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{9}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReadTractResponse) GetFound() bool {
@@ -977,14 +1134,16 @@ type BlobOpRequest struct {
 	// saves a round).
 	ExtendTracts uint64 `protobuf:"varint,6,opt,name=extend_tracts,json=extendTracts,proto3" json:"extend_tracts,omitempty"`
 	// Names the request across retries (at most 32 bytes; empty: none).
-	RequestId     []byte `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId []byte `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// CREATE: an erasure-coded blob (replication must then be 0).
+	Ec            *ErasureCode `protobuf:"bytes,8,opt,name=ec,proto3" json:"ec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BlobOpRequest) Reset() {
 	*x = BlobOpRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[10]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1155,7 @@ func (x *BlobOpRequest) String() string {
 func (*BlobOpRequest) ProtoMessage() {}
 
 func (x *BlobOpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[10]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1168,7 @@ func (x *BlobOpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobOpRequest.ProtoReflect.Descriptor instead.
 func (*BlobOpRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{10}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BlobOpRequest) GetDisk() uint32 {
@@ -1061,6 +1220,13 @@ func (x *BlobOpRequest) GetRequestId() []byte {
 	return nil
 }
 
+func (x *BlobOpRequest) GetEc() *ErasureCode {
+	if x != nil {
+		return x.Ec
+	}
+	return nil
+}
+
 type BlobOpResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Meta          *BlobMeta              `protobuf:"bytes,1,opt,name=meta,proto3" json:"meta,omitempty"`
@@ -1070,7 +1236,7 @@ type BlobOpResponse struct {
 
 func (x *BlobOpResponse) Reset() {
 	*x = BlobOpResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[11]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1248,7 @@ func (x *BlobOpResponse) String() string {
 func (*BlobOpResponse) ProtoMessage() {}
 
 func (x *BlobOpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[11]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1261,7 @@ func (x *BlobOpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobOpResponse.ProtoReflect.Descriptor instead.
 func (*BlobOpResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{11}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BlobOpResponse) GetMeta() *BlobMeta {
@@ -1120,7 +1286,7 @@ type BlobMetasRequest struct {
 
 func (x *BlobMetasRequest) Reset() {
 	*x = BlobMetasRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[12]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1298,7 @@ func (x *BlobMetasRequest) String() string {
 func (*BlobMetasRequest) ProtoMessage() {}
 
 func (x *BlobMetasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[12]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1311,7 @@ func (x *BlobMetasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobMetasRequest.ProtoReflect.Descriptor instead.
 func (*BlobMetasRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{12}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BlobMetasRequest) GetDisk() uint32 {
@@ -1174,7 +1340,7 @@ type BlobRef struct {
 
 func (x *BlobRef) Reset() {
 	*x = BlobRef{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[13]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1352,7 @@ func (x *BlobRef) String() string {
 func (*BlobRef) ProtoMessage() {}
 
 func (x *BlobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[13]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1365,7 @@ func (x *BlobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobRef.ProtoReflect.Descriptor instead.
 func (*BlobRef) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{13}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BlobRef) GetGuid() []byte {
@@ -1226,7 +1392,7 @@ type BlobMetasResponse struct {
 
 func (x *BlobMetasResponse) Reset() {
 	*x = BlobMetasResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[14]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1404,7 @@ func (x *BlobMetasResponse) String() string {
 func (*BlobMetasResponse) ProtoMessage() {}
 
 func (x *BlobMetasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[14]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1417,7 @@ func (x *BlobMetasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobMetasResponse.ProtoReflect.Descriptor instead.
 func (*BlobMetasResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{14}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BlobMetasResponse) GetResults() []*BlobMetaResult {
@@ -1275,7 +1441,7 @@ type BlobMetaResult struct {
 
 func (x *BlobMetaResult) Reset() {
 	*x = BlobMetaResult{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[15]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1453,7 @@ func (x *BlobMetaResult) String() string {
 func (*BlobMetaResult) ProtoMessage() {}
 
 func (x *BlobMetaResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[15]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1466,7 @@ func (x *BlobMetaResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobMetaResult.ProtoReflect.Descriptor instead.
 func (*BlobMetaResult) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{15}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BlobMetaResult) GetMeta() *BlobMeta {
@@ -1340,7 +1506,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[16]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1518,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[16]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1531,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{16}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplicateRequest) GetDisk() uint32 {
@@ -1418,7 +1584,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[17]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1596,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[17]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1609,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{17}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{19}
 }
 
 type TractEntry struct {
@@ -1459,7 +1625,7 @@ type TractEntry struct {
 
 func (x *TractEntry) Reset() {
 	*x = TractEntry{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[18]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1637,7 @@ func (x *TractEntry) String() string {
 func (*TractEntry) ProtoMessage() {}
 
 func (x *TractEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[18]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1650,7 @@ func (x *TractEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TractEntry.ProtoReflect.Descriptor instead.
 func (*TractEntry) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{18}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TractEntry) GetGuid() []byte {
@@ -1533,14 +1699,17 @@ type ListRowRequest struct {
 	// At most this many entries (0: the server's maximum).
 	Limit uint32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Re-read every tract and check its checksum (slow: reads the data).
-	Verify        bool `protobuf:"varint,9,opt,name=verify,proto3" json:"verify,omitempty"`
+	Verify bool `protobuf:"varint,9,opt,name=verify,proto3" json:"verify,omitempty"`
+	// List the shards of erasure-coded tracts (only them); without it they
+	// are left out (a catch-up from the primary never copies a shard).
+	Shards        bool `protobuf:"varint,10,opt,name=shards,proto3" json:"shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRowRequest) Reset() {
 	*x = ListRowRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[19]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1721,7 @@ func (x *ListRowRequest) String() string {
 func (*ListRowRequest) ProtoMessage() {}
 
 func (x *ListRowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[19]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1734,7 @@ func (x *ListRowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRowRequest.ProtoReflect.Descriptor instead.
 func (*ListRowRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{19}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRowRequest) GetDisk() uint32 {
@@ -1631,6 +1800,13 @@ func (x *ListRowRequest) GetVerify() bool {
 	return false
 }
 
+func (x *ListRowRequest) GetShards() bool {
+	if x != nil {
+		return x.Shards
+	}
+	return false
+}
+
 type ListRowResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Entries []*TractEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
@@ -1643,7 +1819,7 @@ type ListRowResponse struct {
 
 func (x *ListRowResponse) Reset() {
 	*x = ListRowResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[20]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1831,7 @@ func (x *ListRowResponse) String() string {
 func (*ListRowResponse) ProtoMessage() {}
 
 func (x *ListRowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[20]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1844,7 @@ func (x *ListRowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRowResponse.ProtoReflect.Descriptor instead.
 func (*ListRowResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{20}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListRowResponse) GetEntries() []*TractEntry {
@@ -1704,7 +1880,7 @@ type FetchTractRequest struct {
 
 func (x *FetchTractRequest) Reset() {
 	*x = FetchTractRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[21]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1892,7 @@ func (x *FetchTractRequest) String() string {
 func (*FetchTractRequest) ProtoMessage() {}
 
 func (x *FetchTractRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[21]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1905,7 @@ func (x *FetchTractRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchTractRequest.ProtoReflect.Descriptor instead.
 func (*FetchTractRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{21}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FetchTractRequest) GetDisk() uint32 {
@@ -1771,7 +1947,7 @@ type FetchTractResponse struct {
 
 func (x *FetchTractResponse) Reset() {
 	*x = FetchTractResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[22]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1959,7 @@ func (x *FetchTractResponse) String() string {
 func (*FetchTractResponse) ProtoMessage() {}
 
 func (x *FetchTractResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[22]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1972,7 @@ func (x *FetchTractResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchTractResponse.ProtoReflect.Descriptor instead.
 func (*FetchTractResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{22}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FetchTractResponse) GetFound() bool {
@@ -1832,7 +2008,7 @@ type SyncRowRequest struct {
 
 func (x *SyncRowRequest) Reset() {
 	*x = SyncRowRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[23]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +2020,7 @@ func (x *SyncRowRequest) String() string {
 func (*SyncRowRequest) ProtoMessage() {}
 
 func (x *SyncRowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[23]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2033,7 @@ func (x *SyncRowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRowRequest.ProtoReflect.Descriptor instead.
 func (*SyncRowRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{23}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SyncRowRequest) GetDisk() uint32 {
@@ -1889,7 +2065,7 @@ type SyncRowResponse struct {
 
 func (x *SyncRowResponse) Reset() {
 	*x = SyncRowResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[24]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2077,7 @@ func (x *SyncRowResponse) String() string {
 func (*SyncRowResponse) ProtoMessage() {}
 
 func (x *SyncRowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[24]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2090,261 @@ func (x *SyncRowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRowResponse.ProtoReflect.Descriptor instead.
 func (*SyncRowResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{24}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{26}
+}
+
+// WriteShardRequest stores one shard of an erasure-coded tract on the
+// tractserver of slot shard.index of the tract's row (or a pending entry
+// for that slot). The client sends every shard of a stripe in parallel.
+type WriteShardRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Disk        uint32                 `protobuf:"varint,1,opt,name=disk,proto3" json:"disk,omitempty"`
+	Guid        []byte                 `protobuf:"bytes,2,opt,name=guid,proto3" json:"guid,omitempty"`
+	Tract       int64                  `protobuf:"varint,3,opt,name=tract,proto3" json:"tract,omitempty"`
+	RowVersion  uint64                 `protobuf:"varint,4,opt,name=row_version,json=rowVersion,proto3" json:"row_version,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Shard       *Shard                 `protobuf:"bytes,6,opt,name=shard,proto3" json:"shard,omitempty"`
+	Data        []byte                 `protobuf:"bytes,7,opt,name=data,proto3" json:"data,omitempty"`
+	// CRC-32C of data (the shard).
+	Crc32C uint32 `protobuf:"varint,8,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	// A repair (the parity scrubber) installs the shard only if the stored
+	// record still has stamp `expect` (none stored, if expect is unset), so
+	// that it never undoes a newer client write.
+	Conditional   bool   `protobuf:"varint,9,opt,name=conditional,proto3" json:"conditional,omitempty"`
+	Expect        *Stamp `protobuf:"bytes,10,opt,name=expect,proto3" json:"expect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteShardRequest) Reset() {
+	*x = WriteShardRequest{}
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteShardRequest) ProtoMessage() {}
+
+func (x *WriteShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteShardRequest.ProtoReflect.Descriptor instead.
+func (*WriteShardRequest) Descriptor() ([]byte, []int) {
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *WriteShardRequest) GetDisk() uint32 {
+	if x != nil {
+		return x.Disk
+	}
+	return 0
+}
+
+func (x *WriteShardRequest) GetGuid() []byte {
+	if x != nil {
+		return x.Guid
+	}
+	return nil
+}
+
+func (x *WriteShardRequest) GetTract() int64 {
+	if x != nil {
+		return x.Tract
+	}
+	return 0
+}
+
+func (x *WriteShardRequest) GetRowVersion() uint64 {
+	if x != nil {
+		return x.RowVersion
+	}
+	return 0
+}
+
+func (x *WriteShardRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *WriteShardRequest) GetShard() *Shard {
+	if x != nil {
+		return x.Shard
+	}
+	return nil
+}
+
+func (x *WriteShardRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *WriteShardRequest) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *WriteShardRequest) GetConditional() bool {
+	if x != nil {
+		return x.Conditional
+	}
+	return false
+}
+
+func (x *WriteShardRequest) GetExpect() *Stamp {
+	if x != nil {
+		return x.Expect
+	}
+	return nil
+}
+
+type WriteShardResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stamp         *Stamp                 `protobuf:"bytes,1,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteShardResponse) Reset() {
+	*x = WriteShardResponse{}
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteShardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteShardResponse) ProtoMessage() {}
+
+func (x *WriteShardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteShardResponse.ProtoReflect.Descriptor instead.
+func (*WriteShardResponse) Descriptor() ([]byte, []int) {
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *WriteShardResponse) GetStamp() *Stamp {
+	if x != nil {
+		return x.Stamp
+	}
+	return nil
+}
+
+// ReadShardRequest reads the shard a member of the tract's row holds,
+// whatever its index (after a promotion a server may hold another slot's
+// shard until the rebuild); the reply's meta.shard says which it is.
+type ReadShardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Disk          uint32                 `protobuf:"varint,1,opt,name=disk,proto3" json:"disk,omitempty"`
+	Guid          []byte                 `protobuf:"bytes,2,opt,name=guid,proto3" json:"guid,omitempty"`
+	Tract         int64                  `protobuf:"varint,3,opt,name=tract,proto3" json:"tract,omitempty"`
+	RowVersion    uint64                 `protobuf:"varint,4,opt,name=row_version,json=rowVersion,proto3" json:"row_version,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	MetaOnly      bool                   `protobuf:"varint,6,opt,name=meta_only,json=metaOnly,proto3" json:"meta_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadShardRequest) Reset() {
+	*x = ReadShardRequest{}
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadShardRequest) ProtoMessage() {}
+
+func (x *ReadShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadShardRequest.ProtoReflect.Descriptor instead.
+func (*ReadShardRequest) Descriptor() ([]byte, []int) {
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ReadShardRequest) GetDisk() uint32 {
+	if x != nil {
+		return x.Disk
+	}
+	return 0
+}
+
+func (x *ReadShardRequest) GetGuid() []byte {
+	if x != nil {
+		return x.Guid
+	}
+	return nil
+}
+
+func (x *ReadShardRequest) GetTract() int64 {
+	if x != nil {
+		return x.Tract
+	}
+	return 0
+}
+
+func (x *ReadShardRequest) GetRowVersion() uint64 {
+	if x != nil {
+		return x.RowVersion
+	}
+	return 0
+}
+
+func (x *ReadShardRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *ReadShardRequest) GetMetaOnly() bool {
+	if x != nil {
+		return x.MetaOnly
+	}
+	return false
 }
 
 type StatusRequest struct {
@@ -1928,7 +2358,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[25]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2370,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[25]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2383,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{25}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatusRequest) GetAllRows() bool {
@@ -1984,7 +2414,7 @@ type RowStatus struct {
 
 func (x *RowStatus) Reset() {
 	*x = RowStatus{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[26]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2426,7 @@ func (x *RowStatus) String() string {
 func (*RowStatus) ProtoMessage() {}
 
 func (x *RowStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[26]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2439,7 @@ func (x *RowStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowStatus.ProtoReflect.Descriptor instead.
 func (*RowStatus) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{26}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RowStatus) GetRow() uint32 {
@@ -2096,7 +2526,7 @@ type DiskStatus struct {
 
 func (x *DiskStatus) Reset() {
 	*x = DiskStatus{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[27]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2538,7 @@ func (x *DiskStatus) String() string {
 func (*DiskStatus) ProtoMessage() {}
 
 func (x *DiskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[27]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2551,7 @@ func (x *DiskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskStatus.ProtoReflect.Descriptor instead.
 func (*DiskStatus) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{27}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DiskStatus) GetDisk() uint32 {
@@ -2207,7 +2637,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[28]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2649,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[28]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2662,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{28}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StatusResponse) GetNodeId() uint64 {
@@ -2275,7 +2705,7 @@ type ScrubRequest struct {
 
 func (x *ScrubRequest) Reset() {
 	*x = ScrubRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[29]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2717,7 @@ func (x *ScrubRequest) String() string {
 func (*ScrubRequest) ProtoMessage() {}
 
 func (x *ScrubRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[29]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2730,7 @@ func (x *ScrubRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubRequest.ProtoReflect.Descriptor instead.
 func (*ScrubRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{29}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ScrubRequest) GetDisk() uint32 {
@@ -2325,13 +2755,19 @@ type ScrubResponse struct {
 	ReclaimedTracts   uint64                 `protobuf:"varint,4,opt,name=reclaimed_tracts,json=reclaimedTracts,proto3" json:"reclaimed_tracts,omitempty"`
 	ReclaimedBytes    uint64                 `protobuf:"varint,5,opt,name=reclaimed_bytes,json=reclaimedBytes,proto3" json:"reclaimed_bytes,omitempty"`
 	UnreferencedFiles uint64                 `protobuf:"varint,6,opt,name=unreferenced_files,json=unreferencedFiles,proto3" json:"unreferenced_files,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Erasure-coded stripes whose parity this server (their slot 0) checked,
+	// stripes whose parity did not match their data, and shards it rewrote
+	// on other members (missing, or of another write).
+	CheckedStripes   uint64 `protobuf:"varint,7,opt,name=checked_stripes,json=checkedStripes,proto3" json:"checked_stripes,omitempty"`
+	ParityMismatches uint64 `protobuf:"varint,8,opt,name=parity_mismatches,json=parityMismatches,proto3" json:"parity_mismatches,omitempty"`
+	RewrittenShards  uint64 `protobuf:"varint,9,opt,name=rewritten_shards,json=rewrittenShards,proto3" json:"rewritten_shards,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ScrubResponse) Reset() {
 	*x = ScrubResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[30]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2779,7 @@ func (x *ScrubResponse) String() string {
 func (*ScrubResponse) ProtoMessage() {}
 
 func (x *ScrubResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[30]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2792,7 @@ func (x *ScrubResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubResponse.ProtoReflect.Descriptor instead.
 func (*ScrubResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{30}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ScrubResponse) GetCheckedTracts() uint64 {
@@ -2401,6 +2837,27 @@ func (x *ScrubResponse) GetUnreferencedFiles() uint64 {
 	return 0
 }
 
+func (x *ScrubResponse) GetCheckedStripes() uint64 {
+	if x != nil {
+		return x.CheckedStripes
+	}
+	return 0
+}
+
+func (x *ScrubResponse) GetParityMismatches() uint64 {
+	if x != nil {
+		return x.ParityMismatches
+	}
+	return 0
+}
+
+func (x *ScrubResponse) GetRewrittenShards() uint64 {
+	if x != nil {
+		return x.RewrittenShards
+	}
+	return 0
+}
+
 type ListBlobsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Disk  uint32                 `protobuf:"varint,1,opt,name=disk,proto3" json:"disk,omitempty"`
@@ -2415,7 +2872,7 @@ type ListBlobsRequest struct {
 
 func (x *ListBlobsRequest) Reset() {
 	*x = ListBlobsRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[31]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2884,7 @@ func (x *ListBlobsRequest) String() string {
 func (*ListBlobsRequest) ProtoMessage() {}
 
 func (x *ListBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[31]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2897,7 @@ func (x *ListBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBlobsRequest.ProtoReflect.Descriptor instead.
 func (*ListBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{31}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListBlobsRequest) GetDisk() uint32 {
@@ -2481,7 +2938,7 @@ type BlobEntry struct {
 
 func (x *BlobEntry) Reset() {
 	*x = BlobEntry{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[32]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2950,7 @@ func (x *BlobEntry) String() string {
 func (*BlobEntry) ProtoMessage() {}
 
 func (x *BlobEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[32]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2963,7 @@ func (x *BlobEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobEntry.ProtoReflect.Descriptor instead.
 func (*BlobEntry) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{32}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BlobEntry) GetGuid() []byte {
@@ -2533,7 +2990,7 @@ type ListBlobsResponse struct {
 
 func (x *ListBlobsResponse) Reset() {
 	*x = ListBlobsResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[33]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +3002,7 @@ func (x *ListBlobsResponse) String() string {
 func (*ListBlobsResponse) ProtoMessage() {}
 
 func (x *ListBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[33]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +3015,7 @@ func (x *ListBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBlobsResponse.ProtoReflect.Descriptor instead.
 func (*ListBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{33}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListBlobsResponse) GetBlobs() []*BlobEntry {
@@ -2585,7 +3042,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[34]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +3054,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[34]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +3067,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{34}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{39}
 }
 
 type RowData struct {
@@ -2625,7 +3082,7 @@ type RowData struct {
 
 func (x *RowData) Reset() {
 	*x = RowData{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[35]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +3094,7 @@ func (x *RowData) String() string {
 func (*RowData) ProtoMessage() {}
 
 func (x *RowData) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[35]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +3107,7 @@ func (x *RowData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowData.ProtoReflect.Descriptor instead.
 func (*RowData) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{35}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RowData) GetDisk() uint32 {
@@ -2690,7 +3147,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[36]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +3159,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[36]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +3172,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{36}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *InventoryResponse) GetRows() []*RowData {
@@ -2733,7 +3190,7 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x05Stamp\x12\x1f\n" +
 	"\vrow_version\x18\x01 \x01(\x04R\n" +
 	"rowVersion\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x96\x02\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xc3\x02\n" +
 	"\bBlobMeta\x12#\n" +
 	"\rlength_tracts\x18\x01 \x01(\x04R\flengthTracts\x12 \n" +
 	"\vreplication\x18\x02 \x01(\rR\vreplication\x12 \n" +
@@ -2741,10 +3198,20 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\adeleted\x18\x04 \x01(\bR\adeleted\x12&\n" +
 	"\x0fcreated_unix_ms\x18\x05 \x01(\x03R\rcreatedUnixMs\x12(\n" +
 	"\x10modified_unix_ms\x18\x06 \x01(\x03R\x0emodifiedUnixMs\x125\n" +
-	"\x06recent\x18\a \x03(\v2\x1d.arbor.tract.v1.RecentRequestR\x06recent\"D\n" +
+	"\x06recent\x18\a \x03(\v2\x1d.arbor.tract.v1.RecentRequestR\x06recent\x12+\n" +
+	"\x02ec\x18\b \x01(\v2\x1b.arbor.tract.v1.ErasureCodeR\x02ec\"9\n" +
+	"\vErasureCode\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\rR\x04data\x12\x16\n" +
+	"\x06parity\x18\x02 \x01(\rR\x06parity\"\xab\x01\n" +
+	"\x05Shard\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12+\n" +
+	"\x02ec\x18\x02 \x01(\v2\x1b.arbor.tract.v1.ErasureCodeR\x02ec\x12!\n" +
+	"\ftract_length\x18\x03 \x01(\rR\vtractLength\x12!\n" +
+	"\ftract_crc32c\x18\x04 \x01(\rR\vtractCrc32c\x12\x19\n" +
+	"\bwrite_id\x18\x05 \x01(\x04R\awriteId\"D\n" +
 	"\rRecentRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12#\n" +
-	"\rresult_tracts\x18\x02 \x01(\x04R\fresultTracts\"\xb0\x02\n" +
+	"\rresult_tracts\x18\x02 \x01(\x04R\fresultTracts\"\xdd\x02\n" +
 	"\tTractMeta\x12\x10\n" +
 	"\x03row\x18\x01 \x01(\rR\x03row\x12+\n" +
 	"\x05stamp\x18\x02 \x01(\v2\x15.arbor.tract.v1.StampR\x05stamp\x12\x16\n" +
@@ -2754,7 +3221,9 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\vincarnation\x18\x06 \x01(\x04R\vincarnation\x12&\n" +
 	"\x0fwritten_unix_ms\x18\a \x01(\x03R\rwrittenUnixMs\x12,\n" +
 	"\x04blob\x18\b \x01(\v2\x18.arbor.tract.v1.BlobMetaR\x04blob\x12\x1a\n" +
-	"\bembedded\x18\t \x01(\bR\bembedded\"Q\n" +
+	"\bembedded\x18\t \x01(\bR\bembedded\x12+\n" +
+	"\x05shard\x18\n" +
+	" \x01(\v2\x15.arbor.tract.v1.ShardR\x05shard\"Q\n" +
 	"\aRowSync\x12%\n" +
 	"\x0esynced_version\x18\x01 \x01(\x04R\rsyncedVersion\x12\x1f\n" +
 	"\vsynced_slot\x18\x02 \x01(\rR\n" +
@@ -2787,7 +3256,7 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x11ReadTractResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12-\n" +
-	"\x04meta\x18\x03 \x01(\v2\x19.arbor.tract.v1.TractMetaR\x04meta\"\xea\x01\n" +
+	"\x04meta\x18\x03 \x01(\v2\x19.arbor.tract.v1.TractMetaR\x04meta\"\x97\x02\n" +
 	"\rBlobOpRequest\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\rR\x04disk\x12\x12\n" +
 	"\x04guid\x18\x02 \x01(\fR\x04guid\x12\x1f\n" +
@@ -2797,7 +3266,8 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\vreplication\x18\x05 \x01(\rR\vreplication\x12#\n" +
 	"\rextend_tracts\x18\x06 \x01(\x04R\fextendTracts\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\a \x01(\fR\trequestId\">\n" +
+	"request_id\x18\a \x01(\fR\trequestId\x12+\n" +
+	"\x02ec\x18\b \x01(\v2\x1b.arbor.tract.v1.ErasureCodeR\x02ec\">\n" +
 	"\x0eBlobOpResponse\x12,\n" +
 	"\x04meta\x18\x01 \x01(\v2\x18.arbor.tract.v1.BlobMetaR\x04meta\"U\n" +
 	"\x10BlobMetasRequest\x12\x12\n" +
@@ -2827,7 +3297,7 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x04guid\x18\x01 \x01(\fR\x04guid\x12\x14\n" +
 	"\x05tract\x18\x02 \x01(\x03R\x05tract\x12-\n" +
 	"\x04meta\x18\x03 \x01(\v2\x19.arbor.tract.v1.TractMetaR\x04meta\x12\x1a\n" +
-	"\bverified\x18\x04 \x01(\bR\bverified\"\x93\x02\n" +
+	"\bverified\x18\x04 \x01(\bR\bverified\"\xab\x02\n" +
 	"\x0eListRowRequest\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\rR\x04disk\x12\x10\n" +
 	"\x03row\x18\x02 \x01(\rR\x03row\x12\x1f\n" +
@@ -2840,7 +3310,9 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\vafter_tract\x18\a \x01(\x03R\n" +
 	"afterTract\x12\x14\n" +
 	"\x05limit\x18\b \x01(\rR\x05limit\x12\x16\n" +
-	"\x06verify\x18\t \x01(\bR\x06verify\"\x88\x01\n" +
+	"\x06verify\x18\t \x01(\bR\x06verify\x12\x16\n" +
+	"\x06shards\x18\n" +
+	" \x01(\bR\x06shards\"\x88\x01\n" +
 	"\x0fListRowResponse\x124\n" +
 	"\aentries\x18\x01 \x03(\v2\x1a.arbor.tract.v1.TractEntryR\aentries\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12+\n" +
@@ -2860,7 +3332,30 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x03row\x18\x02 \x01(\rR\x03row\x12\x1f\n" +
 	"\vrow_version\x18\x03 \x01(\x04R\n" +
 	"rowVersion\"\x11\n" +
-	"\x0fSyncRowResponse\"*\n" +
+	"\x0fSyncRowResponse\"\xbe\x02\n" +
+	"\x11WriteShardRequest\x12\x12\n" +
+	"\x04disk\x18\x01 \x01(\rR\x04disk\x12\x12\n" +
+	"\x04guid\x18\x02 \x01(\fR\x04guid\x12\x14\n" +
+	"\x05tract\x18\x03 \x01(\x03R\x05tract\x12\x1f\n" +
+	"\vrow_version\x18\x04 \x01(\x04R\n" +
+	"rowVersion\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\x12+\n" +
+	"\x05shard\x18\x06 \x01(\v2\x15.arbor.tract.v1.ShardR\x05shard\x12\x12\n" +
+	"\x04data\x18\a \x01(\fR\x04data\x12\x16\n" +
+	"\x06crc32c\x18\b \x01(\rR\x06crc32c\x12 \n" +
+	"\vconditional\x18\t \x01(\bR\vconditional\x12-\n" +
+	"\x06expect\x18\n" +
+	" \x01(\v2\x15.arbor.tract.v1.StampR\x06expect\"A\n" +
+	"\x12WriteShardResponse\x12+\n" +
+	"\x05stamp\x18\x01 \x01(\v2\x15.arbor.tract.v1.StampR\x05stamp\"\xb0\x01\n" +
+	"\x10ReadShardRequest\x12\x12\n" +
+	"\x04disk\x18\x01 \x01(\rR\x04disk\x12\x12\n" +
+	"\x04guid\x18\x02 \x01(\fR\x04guid\x12\x14\n" +
+	"\x05tract\x18\x03 \x01(\x03R\x05tract\x12\x1f\n" +
+	"\vrow_version\x18\x04 \x01(\x04R\n" +
+	"rowVersion\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\x12\x1b\n" +
+	"\tmeta_only\x18\x06 \x01(\bR\bmetaOnly\"*\n" +
 	"\rStatusRequest\x12\x19\n" +
 	"\ball_rows\x18\x01 \x01(\bR\aallRows\"\x8d\x02\n" +
 	"\tRowStatus\x12\x10\n" +
@@ -2895,14 +3390,17 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\aserving\x18\x04 \x01(\bR\aserving\"M\n" +
 	"\fScrubRequest\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\rR\x04disk\x12)\n" +
-	"\x10verify_checksums\x18\x02 \x01(\bR\x0fverifyChecksums\"\x89\x02\n" +
+	"\x10verify_checksums\x18\x02 \x01(\bR\x0fverifyChecksums\"\x8a\x03\n" +
 	"\rScrubResponse\x12%\n" +
 	"\x0echecked_tracts\x18\x01 \x01(\x04R\rcheckedTracts\x12%\n" +
 	"\x0ecorrupt_tracts\x18\x02 \x01(\x04R\rcorruptTracts\x12'\n" +
 	"\x0frepaired_tracts\x18\x03 \x01(\x04R\x0erepairedTracts\x12)\n" +
 	"\x10reclaimed_tracts\x18\x04 \x01(\x04R\x0freclaimedTracts\x12'\n" +
 	"\x0freclaimed_bytes\x18\x05 \x01(\x04R\x0ereclaimedBytes\x12-\n" +
-	"\x12unreferenced_files\x18\x06 \x01(\x04R\x11unreferencedFiles\"u\n" +
+	"\x12unreferenced_files\x18\x06 \x01(\x04R\x11unreferencedFiles\x12'\n" +
+	"\x0fchecked_stripes\x18\a \x01(\x04R\x0echeckedStripes\x12+\n" +
+	"\x11parity_mismatches\x18\b \x01(\x04R\x10parityMismatches\x12)\n" +
+	"\x10rewritten_shards\x18\t \x01(\x04R\x0frewrittenShards\"u\n" +
 	"\x10ListBlobsRequest\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\rR\x04disk\x12\x1d\n" +
 	"\n" +
@@ -2951,12 +3449,15 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\rROW_ROLE_NONE\x10\x00\x12\x14\n" +
 	"\x10ROW_ROLE_PRIMARY\x10\x01\x12\x14\n" +
 	"\x10ROW_ROLE_REPLICA\x10\x02\x12\x14\n" +
-	"\x10ROW_ROLE_PENDING\x10\x032\xc1\a\n" +
+	"\x10ROW_ROLE_PENDING\x10\x032\xe8\b\n" +
 	"\vTractServer\x12S\n" +
 	"\n" +
 	"WriteTract\x12!.arbor.tract.v1.WriteTractRequest\x1a\".arbor.tract.v1.WriteTractResponse\x12P\n" +
 	"\tReadTract\x12 .arbor.tract.v1.ReadTractRequest\x1a!.arbor.tract.v1.ReadTractResponse\x12G\n" +
-	"\x06BlobOp\x12\x1d.arbor.tract.v1.BlobOpRequest\x1a\x1e.arbor.tract.v1.BlobOpResponse\x12P\n" +
+	"\x06BlobOp\x12\x1d.arbor.tract.v1.BlobOpRequest\x1a\x1e.arbor.tract.v1.BlobOpResponse\x12S\n" +
+	"\n" +
+	"WriteShard\x12!.arbor.tract.v1.WriteShardRequest\x1a\".arbor.tract.v1.WriteShardResponse\x12P\n" +
+	"\tReadShard\x12 .arbor.tract.v1.ReadShardRequest\x1a!.arbor.tract.v1.ReadTractResponse\x12P\n" +
 	"\tReplicate\x12 .arbor.tract.v1.ReplicateRequest\x1a!.arbor.tract.v1.ReplicateResponse\x12J\n" +
 	"\aListRow\x12\x1e.arbor.tract.v1.ListRowRequest\x1a\x1f.arbor.tract.v1.ListRowResponse\x12S\n" +
 	"\n" +
@@ -2981,102 +3482,118 @@ func file_internal_tract_tractpb_tract_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_tract_tractpb_tract_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_internal_tract_tractpb_tract_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_internal_tract_tractpb_tract_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_internal_tract_tractpb_tract_proto_goTypes = []any{
 	(ErrorCode)(0),             // 0: arbor.tract.v1.ErrorCode
 	(BlobOpKind)(0),            // 1: arbor.tract.v1.BlobOpKind
 	(RowRole)(0),               // 2: arbor.tract.v1.RowRole
 	(*Stamp)(nil),              // 3: arbor.tract.v1.Stamp
 	(*BlobMeta)(nil),           // 4: arbor.tract.v1.BlobMeta
-	(*RecentRequest)(nil),      // 5: arbor.tract.v1.RecentRequest
-	(*TractMeta)(nil),          // 6: arbor.tract.v1.TractMeta
-	(*RowSync)(nil),            // 7: arbor.tract.v1.RowSync
-	(*ErrorDetail)(nil),        // 8: arbor.tract.v1.ErrorDetail
-	(*WriteTractRequest)(nil),  // 9: arbor.tract.v1.WriteTractRequest
-	(*WriteTractResponse)(nil), // 10: arbor.tract.v1.WriteTractResponse
-	(*ReadTractRequest)(nil),   // 11: arbor.tract.v1.ReadTractRequest
-	(*ReadTractResponse)(nil),  // 12: arbor.tract.v1.ReadTractResponse
-	(*BlobOpRequest)(nil),      // 13: arbor.tract.v1.BlobOpRequest
-	(*BlobOpResponse)(nil),     // 14: arbor.tract.v1.BlobOpResponse
-	(*BlobMetasRequest)(nil),   // 15: arbor.tract.v1.BlobMetasRequest
-	(*BlobRef)(nil),            // 16: arbor.tract.v1.BlobRef
-	(*BlobMetasResponse)(nil),  // 17: arbor.tract.v1.BlobMetasResponse
-	(*BlobMetaResult)(nil),     // 18: arbor.tract.v1.BlobMetaResult
-	(*ReplicateRequest)(nil),   // 19: arbor.tract.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),  // 20: arbor.tract.v1.ReplicateResponse
-	(*TractEntry)(nil),         // 21: arbor.tract.v1.TractEntry
-	(*ListRowRequest)(nil),     // 22: arbor.tract.v1.ListRowRequest
-	(*ListRowResponse)(nil),    // 23: arbor.tract.v1.ListRowResponse
-	(*FetchTractRequest)(nil),  // 24: arbor.tract.v1.FetchTractRequest
-	(*FetchTractResponse)(nil), // 25: arbor.tract.v1.FetchTractResponse
-	(*SyncRowRequest)(nil),     // 26: arbor.tract.v1.SyncRowRequest
-	(*SyncRowResponse)(nil),    // 27: arbor.tract.v1.SyncRowResponse
-	(*StatusRequest)(nil),      // 28: arbor.tract.v1.StatusRequest
-	(*RowStatus)(nil),          // 29: arbor.tract.v1.RowStatus
-	(*DiskStatus)(nil),         // 30: arbor.tract.v1.DiskStatus
-	(*StatusResponse)(nil),     // 31: arbor.tract.v1.StatusResponse
-	(*ScrubRequest)(nil),       // 32: arbor.tract.v1.ScrubRequest
-	(*ScrubResponse)(nil),      // 33: arbor.tract.v1.ScrubResponse
-	(*ListBlobsRequest)(nil),   // 34: arbor.tract.v1.ListBlobsRequest
-	(*BlobEntry)(nil),          // 35: arbor.tract.v1.BlobEntry
-	(*ListBlobsResponse)(nil),  // 36: arbor.tract.v1.ListBlobsResponse
-	(*InventoryRequest)(nil),   // 37: arbor.tract.v1.InventoryRequest
-	(*RowData)(nil),            // 38: arbor.tract.v1.RowData
-	(*InventoryResponse)(nil),  // 39: arbor.tract.v1.InventoryResponse
+	(*ErasureCode)(nil),        // 5: arbor.tract.v1.ErasureCode
+	(*Shard)(nil),              // 6: arbor.tract.v1.Shard
+	(*RecentRequest)(nil),      // 7: arbor.tract.v1.RecentRequest
+	(*TractMeta)(nil),          // 8: arbor.tract.v1.TractMeta
+	(*RowSync)(nil),            // 9: arbor.tract.v1.RowSync
+	(*ErrorDetail)(nil),        // 10: arbor.tract.v1.ErrorDetail
+	(*WriteTractRequest)(nil),  // 11: arbor.tract.v1.WriteTractRequest
+	(*WriteTractResponse)(nil), // 12: arbor.tract.v1.WriteTractResponse
+	(*ReadTractRequest)(nil),   // 13: arbor.tract.v1.ReadTractRequest
+	(*ReadTractResponse)(nil),  // 14: arbor.tract.v1.ReadTractResponse
+	(*BlobOpRequest)(nil),      // 15: arbor.tract.v1.BlobOpRequest
+	(*BlobOpResponse)(nil),     // 16: arbor.tract.v1.BlobOpResponse
+	(*BlobMetasRequest)(nil),   // 17: arbor.tract.v1.BlobMetasRequest
+	(*BlobRef)(nil),            // 18: arbor.tract.v1.BlobRef
+	(*BlobMetasResponse)(nil),  // 19: arbor.tract.v1.BlobMetasResponse
+	(*BlobMetaResult)(nil),     // 20: arbor.tract.v1.BlobMetaResult
+	(*ReplicateRequest)(nil),   // 21: arbor.tract.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),  // 22: arbor.tract.v1.ReplicateResponse
+	(*TractEntry)(nil),         // 23: arbor.tract.v1.TractEntry
+	(*ListRowRequest)(nil),     // 24: arbor.tract.v1.ListRowRequest
+	(*ListRowResponse)(nil),    // 25: arbor.tract.v1.ListRowResponse
+	(*FetchTractRequest)(nil),  // 26: arbor.tract.v1.FetchTractRequest
+	(*FetchTractResponse)(nil), // 27: arbor.tract.v1.FetchTractResponse
+	(*SyncRowRequest)(nil),     // 28: arbor.tract.v1.SyncRowRequest
+	(*SyncRowResponse)(nil),    // 29: arbor.tract.v1.SyncRowResponse
+	(*WriteShardRequest)(nil),  // 30: arbor.tract.v1.WriteShardRequest
+	(*WriteShardResponse)(nil), // 31: arbor.tract.v1.WriteShardResponse
+	(*ReadShardRequest)(nil),   // 32: arbor.tract.v1.ReadShardRequest
+	(*StatusRequest)(nil),      // 33: arbor.tract.v1.StatusRequest
+	(*RowStatus)(nil),          // 34: arbor.tract.v1.RowStatus
+	(*DiskStatus)(nil),         // 35: arbor.tract.v1.DiskStatus
+	(*StatusResponse)(nil),     // 36: arbor.tract.v1.StatusResponse
+	(*ScrubRequest)(nil),       // 37: arbor.tract.v1.ScrubRequest
+	(*ScrubResponse)(nil),      // 38: arbor.tract.v1.ScrubResponse
+	(*ListBlobsRequest)(nil),   // 39: arbor.tract.v1.ListBlobsRequest
+	(*BlobEntry)(nil),          // 40: arbor.tract.v1.BlobEntry
+	(*ListBlobsResponse)(nil),  // 41: arbor.tract.v1.ListBlobsResponse
+	(*InventoryRequest)(nil),   // 42: arbor.tract.v1.InventoryRequest
+	(*RowData)(nil),            // 43: arbor.tract.v1.RowData
+	(*InventoryResponse)(nil),  // 44: arbor.tract.v1.InventoryResponse
 }
 var file_internal_tract_tractpb_tract_proto_depIdxs = []int32{
-	5,  // 0: arbor.tract.v1.BlobMeta.recent:type_name -> arbor.tract.v1.RecentRequest
-	3,  // 1: arbor.tract.v1.TractMeta.stamp:type_name -> arbor.tract.v1.Stamp
-	4,  // 2: arbor.tract.v1.TractMeta.blob:type_name -> arbor.tract.v1.BlobMeta
-	0,  // 3: arbor.tract.v1.ErrorDetail.code:type_name -> arbor.tract.v1.ErrorCode
-	3,  // 4: arbor.tract.v1.WriteTractResponse.stamp:type_name -> arbor.tract.v1.Stamp
-	6,  // 5: arbor.tract.v1.ReadTractResponse.meta:type_name -> arbor.tract.v1.TractMeta
-	1,  // 6: arbor.tract.v1.BlobOpRequest.op:type_name -> arbor.tract.v1.BlobOpKind
-	4,  // 7: arbor.tract.v1.BlobOpResponse.meta:type_name -> arbor.tract.v1.BlobMeta
-	16, // 8: arbor.tract.v1.BlobMetasRequest.blobs:type_name -> arbor.tract.v1.BlobRef
-	18, // 9: arbor.tract.v1.BlobMetasResponse.results:type_name -> arbor.tract.v1.BlobMetaResult
-	4,  // 10: arbor.tract.v1.BlobMetaResult.meta:type_name -> arbor.tract.v1.BlobMeta
-	0,  // 11: arbor.tract.v1.BlobMetaResult.code:type_name -> arbor.tract.v1.ErrorCode
-	6,  // 12: arbor.tract.v1.ReplicateRequest.meta:type_name -> arbor.tract.v1.TractMeta
-	6,  // 13: arbor.tract.v1.TractEntry.meta:type_name -> arbor.tract.v1.TractMeta
-	21, // 14: arbor.tract.v1.ListRowResponse.entries:type_name -> arbor.tract.v1.TractEntry
-	29, // 15: arbor.tract.v1.ListRowResponse.row:type_name -> arbor.tract.v1.RowStatus
-	6,  // 16: arbor.tract.v1.FetchTractResponse.meta:type_name -> arbor.tract.v1.TractMeta
-	2,  // 17: arbor.tract.v1.RowStatus.role:type_name -> arbor.tract.v1.RowRole
-	29, // 18: arbor.tract.v1.DiskStatus.rows:type_name -> arbor.tract.v1.RowStatus
-	30, // 19: arbor.tract.v1.StatusResponse.disks:type_name -> arbor.tract.v1.DiskStatus
-	4,  // 20: arbor.tract.v1.BlobEntry.meta:type_name -> arbor.tract.v1.BlobMeta
-	35, // 21: arbor.tract.v1.ListBlobsResponse.blobs:type_name -> arbor.tract.v1.BlobEntry
-	38, // 22: arbor.tract.v1.InventoryResponse.rows:type_name -> arbor.tract.v1.RowData
-	9,  // 23: arbor.tract.v1.TractServer.WriteTract:input_type -> arbor.tract.v1.WriteTractRequest
-	11, // 24: arbor.tract.v1.TractServer.ReadTract:input_type -> arbor.tract.v1.ReadTractRequest
-	13, // 25: arbor.tract.v1.TractServer.BlobOp:input_type -> arbor.tract.v1.BlobOpRequest
-	19, // 26: arbor.tract.v1.TractServer.Replicate:input_type -> arbor.tract.v1.ReplicateRequest
-	22, // 27: arbor.tract.v1.TractServer.ListRow:input_type -> arbor.tract.v1.ListRowRequest
-	24, // 28: arbor.tract.v1.TractServer.FetchTract:input_type -> arbor.tract.v1.FetchTractRequest
-	26, // 29: arbor.tract.v1.TractServer.SyncRow:input_type -> arbor.tract.v1.SyncRowRequest
-	15, // 30: arbor.tract.v1.TractServer.BlobMetas:input_type -> arbor.tract.v1.BlobMetasRequest
-	28, // 31: arbor.tract.v1.TractServer.Status:input_type -> arbor.tract.v1.StatusRequest
-	32, // 32: arbor.tract.v1.TractServer.Scrub:input_type -> arbor.tract.v1.ScrubRequest
-	34, // 33: arbor.tract.v1.TractServer.ListBlobs:input_type -> arbor.tract.v1.ListBlobsRequest
-	37, // 34: arbor.tract.v1.TractServer.Inventory:input_type -> arbor.tract.v1.InventoryRequest
-	10, // 35: arbor.tract.v1.TractServer.WriteTract:output_type -> arbor.tract.v1.WriteTractResponse
-	12, // 36: arbor.tract.v1.TractServer.ReadTract:output_type -> arbor.tract.v1.ReadTractResponse
-	14, // 37: arbor.tract.v1.TractServer.BlobOp:output_type -> arbor.tract.v1.BlobOpResponse
-	20, // 38: arbor.tract.v1.TractServer.Replicate:output_type -> arbor.tract.v1.ReplicateResponse
-	23, // 39: arbor.tract.v1.TractServer.ListRow:output_type -> arbor.tract.v1.ListRowResponse
-	25, // 40: arbor.tract.v1.TractServer.FetchTract:output_type -> arbor.tract.v1.FetchTractResponse
-	27, // 41: arbor.tract.v1.TractServer.SyncRow:output_type -> arbor.tract.v1.SyncRowResponse
-	17, // 42: arbor.tract.v1.TractServer.BlobMetas:output_type -> arbor.tract.v1.BlobMetasResponse
-	31, // 43: arbor.tract.v1.TractServer.Status:output_type -> arbor.tract.v1.StatusResponse
-	33, // 44: arbor.tract.v1.TractServer.Scrub:output_type -> arbor.tract.v1.ScrubResponse
-	36, // 45: arbor.tract.v1.TractServer.ListBlobs:output_type -> arbor.tract.v1.ListBlobsResponse
-	39, // 46: arbor.tract.v1.TractServer.Inventory:output_type -> arbor.tract.v1.InventoryResponse
-	35, // [35:47] is the sub-list for method output_type
-	23, // [23:35] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	7,  // 0: arbor.tract.v1.BlobMeta.recent:type_name -> arbor.tract.v1.RecentRequest
+	5,  // 1: arbor.tract.v1.BlobMeta.ec:type_name -> arbor.tract.v1.ErasureCode
+	5,  // 2: arbor.tract.v1.Shard.ec:type_name -> arbor.tract.v1.ErasureCode
+	3,  // 3: arbor.tract.v1.TractMeta.stamp:type_name -> arbor.tract.v1.Stamp
+	4,  // 4: arbor.tract.v1.TractMeta.blob:type_name -> arbor.tract.v1.BlobMeta
+	6,  // 5: arbor.tract.v1.TractMeta.shard:type_name -> arbor.tract.v1.Shard
+	0,  // 6: arbor.tract.v1.ErrorDetail.code:type_name -> arbor.tract.v1.ErrorCode
+	3,  // 7: arbor.tract.v1.WriteTractResponse.stamp:type_name -> arbor.tract.v1.Stamp
+	8,  // 8: arbor.tract.v1.ReadTractResponse.meta:type_name -> arbor.tract.v1.TractMeta
+	1,  // 9: arbor.tract.v1.BlobOpRequest.op:type_name -> arbor.tract.v1.BlobOpKind
+	5,  // 10: arbor.tract.v1.BlobOpRequest.ec:type_name -> arbor.tract.v1.ErasureCode
+	4,  // 11: arbor.tract.v1.BlobOpResponse.meta:type_name -> arbor.tract.v1.BlobMeta
+	18, // 12: arbor.tract.v1.BlobMetasRequest.blobs:type_name -> arbor.tract.v1.BlobRef
+	20, // 13: arbor.tract.v1.BlobMetasResponse.results:type_name -> arbor.tract.v1.BlobMetaResult
+	4,  // 14: arbor.tract.v1.BlobMetaResult.meta:type_name -> arbor.tract.v1.BlobMeta
+	0,  // 15: arbor.tract.v1.BlobMetaResult.code:type_name -> arbor.tract.v1.ErrorCode
+	8,  // 16: arbor.tract.v1.ReplicateRequest.meta:type_name -> arbor.tract.v1.TractMeta
+	8,  // 17: arbor.tract.v1.TractEntry.meta:type_name -> arbor.tract.v1.TractMeta
+	23, // 18: arbor.tract.v1.ListRowResponse.entries:type_name -> arbor.tract.v1.TractEntry
+	34, // 19: arbor.tract.v1.ListRowResponse.row:type_name -> arbor.tract.v1.RowStatus
+	8,  // 20: arbor.tract.v1.FetchTractResponse.meta:type_name -> arbor.tract.v1.TractMeta
+	6,  // 21: arbor.tract.v1.WriteShardRequest.shard:type_name -> arbor.tract.v1.Shard
+	3,  // 22: arbor.tract.v1.WriteShardRequest.expect:type_name -> arbor.tract.v1.Stamp
+	3,  // 23: arbor.tract.v1.WriteShardResponse.stamp:type_name -> arbor.tract.v1.Stamp
+	2,  // 24: arbor.tract.v1.RowStatus.role:type_name -> arbor.tract.v1.RowRole
+	34, // 25: arbor.tract.v1.DiskStatus.rows:type_name -> arbor.tract.v1.RowStatus
+	35, // 26: arbor.tract.v1.StatusResponse.disks:type_name -> arbor.tract.v1.DiskStatus
+	4,  // 27: arbor.tract.v1.BlobEntry.meta:type_name -> arbor.tract.v1.BlobMeta
+	40, // 28: arbor.tract.v1.ListBlobsResponse.blobs:type_name -> arbor.tract.v1.BlobEntry
+	43, // 29: arbor.tract.v1.InventoryResponse.rows:type_name -> arbor.tract.v1.RowData
+	11, // 30: arbor.tract.v1.TractServer.WriteTract:input_type -> arbor.tract.v1.WriteTractRequest
+	13, // 31: arbor.tract.v1.TractServer.ReadTract:input_type -> arbor.tract.v1.ReadTractRequest
+	15, // 32: arbor.tract.v1.TractServer.BlobOp:input_type -> arbor.tract.v1.BlobOpRequest
+	30, // 33: arbor.tract.v1.TractServer.WriteShard:input_type -> arbor.tract.v1.WriteShardRequest
+	32, // 34: arbor.tract.v1.TractServer.ReadShard:input_type -> arbor.tract.v1.ReadShardRequest
+	21, // 35: arbor.tract.v1.TractServer.Replicate:input_type -> arbor.tract.v1.ReplicateRequest
+	24, // 36: arbor.tract.v1.TractServer.ListRow:input_type -> arbor.tract.v1.ListRowRequest
+	26, // 37: arbor.tract.v1.TractServer.FetchTract:input_type -> arbor.tract.v1.FetchTractRequest
+	28, // 38: arbor.tract.v1.TractServer.SyncRow:input_type -> arbor.tract.v1.SyncRowRequest
+	17, // 39: arbor.tract.v1.TractServer.BlobMetas:input_type -> arbor.tract.v1.BlobMetasRequest
+	33, // 40: arbor.tract.v1.TractServer.Status:input_type -> arbor.tract.v1.StatusRequest
+	37, // 41: arbor.tract.v1.TractServer.Scrub:input_type -> arbor.tract.v1.ScrubRequest
+	39, // 42: arbor.tract.v1.TractServer.ListBlobs:input_type -> arbor.tract.v1.ListBlobsRequest
+	42, // 43: arbor.tract.v1.TractServer.Inventory:input_type -> arbor.tract.v1.InventoryRequest
+	12, // 44: arbor.tract.v1.TractServer.WriteTract:output_type -> arbor.tract.v1.WriteTractResponse
+	14, // 45: arbor.tract.v1.TractServer.ReadTract:output_type -> arbor.tract.v1.ReadTractResponse
+	16, // 46: arbor.tract.v1.TractServer.BlobOp:output_type -> arbor.tract.v1.BlobOpResponse
+	31, // 47: arbor.tract.v1.TractServer.WriteShard:output_type -> arbor.tract.v1.WriteShardResponse
+	14, // 48: arbor.tract.v1.TractServer.ReadShard:output_type -> arbor.tract.v1.ReadTractResponse
+	22, // 49: arbor.tract.v1.TractServer.Replicate:output_type -> arbor.tract.v1.ReplicateResponse
+	25, // 50: arbor.tract.v1.TractServer.ListRow:output_type -> arbor.tract.v1.ListRowResponse
+	27, // 51: arbor.tract.v1.TractServer.FetchTract:output_type -> arbor.tract.v1.FetchTractResponse
+	29, // 52: arbor.tract.v1.TractServer.SyncRow:output_type -> arbor.tract.v1.SyncRowResponse
+	19, // 53: arbor.tract.v1.TractServer.BlobMetas:output_type -> arbor.tract.v1.BlobMetasResponse
+	36, // 54: arbor.tract.v1.TractServer.Status:output_type -> arbor.tract.v1.StatusResponse
+	38, // 55: arbor.tract.v1.TractServer.Scrub:output_type -> arbor.tract.v1.ScrubResponse
+	41, // 56: arbor.tract.v1.TractServer.ListBlobs:output_type -> arbor.tract.v1.ListBlobsResponse
+	44, // 57: arbor.tract.v1.TractServer.Inventory:output_type -> arbor.tract.v1.InventoryResponse
+	44, // [44:58] is the sub-list for method output_type
+	30, // [30:44] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_internal_tract_tractpb_tract_proto_init() }
@@ -3090,7 +3607,7 @@ func file_internal_tract_tractpb_tract_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_tract_tractpb_tract_proto_rawDesc), len(file_internal_tract_tractpb_tract_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

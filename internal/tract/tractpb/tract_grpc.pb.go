@@ -26,6 +26,8 @@ const (
 	TractServer_WriteTract_FullMethodName = "/arbor.tract.v1.TractServer/WriteTract"
 	TractServer_ReadTract_FullMethodName  = "/arbor.tract.v1.TractServer/ReadTract"
 	TractServer_BlobOp_FullMethodName     = "/arbor.tract.v1.TractServer/BlobOp"
+	TractServer_WriteShard_FullMethodName = "/arbor.tract.v1.TractServer/WriteShard"
+	TractServer_ReadShard_FullMethodName  = "/arbor.tract.v1.TractServer/ReadShard"
 	TractServer_Replicate_FullMethodName  = "/arbor.tract.v1.TractServer/Replicate"
 	TractServer_ListRow_FullMethodName    = "/arbor.tract.v1.TractServer/ListRow"
 	TractServer_FetchTract_FullMethodName = "/arbor.tract.v1.TractServer/FetchTract"
@@ -48,6 +50,8 @@ type TractServerClient interface {
 	WriteTract(ctx context.Context, in *WriteTractRequest, opts ...grpc.CallOption) (*WriteTractResponse, error)
 	ReadTract(ctx context.Context, in *ReadTractRequest, opts ...grpc.CallOption) (*ReadTractResponse, error)
 	BlobOp(ctx context.Context, in *BlobOpRequest, opts ...grpc.CallOption) (*BlobOpResponse, error)
+	WriteShard(ctx context.Context, in *WriteShardRequest, opts ...grpc.CallOption) (*WriteShardResponse, error)
+	ReadShard(ctx context.Context, in *ReadShardRequest, opts ...grpc.CallOption) (*ReadTractResponse, error)
 	// Between tractservers.
 	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
 	ListRow(ctx context.Context, in *ListRowRequest, opts ...grpc.CallOption) (*ListRowResponse, error)
@@ -93,6 +97,26 @@ func (c *tractServerClient) BlobOp(ctx context.Context, in *BlobOpRequest, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(BlobOpResponse)
 	err := c.cc.Invoke(ctx, TractServer_BlobOp_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tractServerClient) WriteShard(ctx context.Context, in *WriteShardRequest, opts ...grpc.CallOption) (*WriteShardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WriteShardResponse)
+	err := c.cc.Invoke(ctx, TractServer_WriteShard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tractServerClient) ReadShard(ctx context.Context, in *ReadShardRequest, opts ...grpc.CallOption) (*ReadTractResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadTractResponse)
+	err := c.cc.Invoke(ctx, TractServer_ReadShard_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -200,6 +224,8 @@ type TractServerServer interface {
 	WriteTract(context.Context, *WriteTractRequest) (*WriteTractResponse, error)
 	ReadTract(context.Context, *ReadTractRequest) (*ReadTractResponse, error)
 	BlobOp(context.Context, *BlobOpRequest) (*BlobOpResponse, error)
+	WriteShard(context.Context, *WriteShardRequest) (*WriteShardResponse, error)
+	ReadShard(context.Context, *ReadShardRequest) (*ReadTractResponse, error)
 	// Between tractservers.
 	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
 	ListRow(context.Context, *ListRowRequest) (*ListRowResponse, error)
@@ -229,6 +255,12 @@ func (UnimplementedTractServerServer) ReadTract(context.Context, *ReadTractReque
 }
 func (UnimplementedTractServerServer) BlobOp(context.Context, *BlobOpRequest) (*BlobOpResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BlobOp not implemented")
+}
+func (UnimplementedTractServerServer) WriteShard(context.Context, *WriteShardRequest) (*WriteShardResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WriteShard not implemented")
+}
+func (UnimplementedTractServerServer) ReadShard(context.Context, *ReadShardRequest) (*ReadTractResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadShard not implemented")
 }
 func (UnimplementedTractServerServer) Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Replicate not implemented")
@@ -328,6 +360,42 @@ func _TractServer_BlobOp_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(TractServerServer).BlobOp(ctx, req.(*BlobOpRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TractServer_WriteShard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WriteShardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TractServerServer).WriteShard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TractServer_WriteShard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TractServerServer).WriteShard(ctx, req.(*WriteShardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TractServer_ReadShard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadShardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TractServerServer).ReadShard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TractServer_ReadShard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TractServerServer).ReadShard(ctx, req.(*ReadShardRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -512,6 +580,14 @@ var TractServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BlobOp",
 			Handler:    _TractServer_BlobOp_Handler,
+		},
+		{
+			MethodName: "WriteShard",
+			Handler:    _TractServer_WriteShard_Handler,
+		},
+		{
+			MethodName: "ReadShard",
+			Handler:    _TractServer_ReadShard_Handler,
 		},
 		{
 			MethodName: "Replicate",
