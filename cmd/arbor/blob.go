@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,7 +87,7 @@ func (f *transferFlags) mode() (progressMode, error) { return parseProgressMode(
 func newBlobPutCmd(a *app) *cobra.Command {
 	var f transferFlags
 	var replication int
-	var id string
+	var id, layout string
 	cmd := &cobra.Command{
 		Use:   "put FILE",
 		Short: "Store a file as a new blob and print its id",
@@ -94,6 +96,15 @@ func newBlobPutCmd(a *app) *cobra.Command {
 			mode, err := f.mode()
 			if err != nil {
 				return err
+			}
+			l := tract.Layout{Replicas: replication}
+			if layout != "" {
+				if replication != 0 {
+					return fmt.Errorf("--layout and --replication: give one (--layout replicas:%d)", replication)
+				}
+				if l, err = tract.ParseLayout(layout); err != nil {
+					return err
+				}
 			}
 			g := tract.NewGUID()
 			if id != "" {
@@ -118,7 +129,7 @@ func newBlobPutCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			if err := putFile(ctx, c.tract, g, replication, file, info.Size(), newProgress(a.stderr, mode, "put", info.Size(), true)); err != nil {
+			if err := putFile(ctx, c.tract, g, l, file, info.Size(), newProgress(a.stderr, mode, "put", info.Size(), true)); err != nil {
 				return err
 			}
 			fmt.Fprintln(a.stdout, g)
@@ -127,18 +138,19 @@ func newBlobPutCmd(a *app) *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().IntVar(&replication, "replication", 0, "replicas of each tract (default: the cluster's)")
+	cmd.Flags().StringVar(&layout, "layout", "", "the blob's layout: replicas:K, or ec:D+P for Reed-Solomon stripes (ec: 5+2); needs TLT rows of D+P servers in distinct failure domains")
 	cmd.Flags().StringVar(&id, "id", "", "the blob's id, 32 hexadecimal digits (default: random)")
 	return cmd
 }
 
 // putFile creates blob g and writes size bytes of r into it, tract by
 // tract, keeping the client's simultaneous limit of writes in flight.
-func putFile(ctx context.Context, c *tract.Client, g tract.GUID, replication int, r io.ReaderAt, size int64, bar *progress) error {
+func putFile(ctx context.Context, c *tract.Client, g tract.GUID, layout tract.Layout, r io.ReaderAt, size int64, bar *progress) error {
 	ts, err := c.TractSize(ctx)
 	if err != nil {
 		return err
 	}
-	b, err := c.CreateBlob(ctx, g, replication)
+	b, err := c.CreateBlobLayout(ctx, g, layout, 0)
 	if err != nil {
 		return fmt.Errorf("create blob %s: %w", g, err)
 	}
@@ -344,7 +356,7 @@ func newBlobStatCmd(a *app) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "stat ID",
-		Short: "Show a blob's length, size and replication",
+		Short: "Show a blob's length, size, layout and where each tract's replicas or shards live",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g, err := tract.ParseGUID(args[0])
@@ -363,9 +375,20 @@ func newBlobStatCmd(a *app) *cobra.Command {
 			if asJSON {
 				return writeJSON(a.stdout, st)
 			}
-			fmt.Fprintf(a.stdout, "blob:        %s\ntracts:      %d (tract size %s)\nbytes:       %d (%s)\nreplication: %d\ncreated:     %s\nmodified:    %s\n",
-				st.ID, st.Tracts, humanBytes(int64(st.TractSize)), st.Bytes, humanBytes(st.Bytes), st.Replication,
+			fmt.Fprintf(a.stdout, "blob:        %s\ntracts:      %d (tract size %s)\nbytes:       %d (%s)\nreplication: %d\nlayout:      %s\ncreated:     %s\nmodified:    %s\n",
+				st.ID, st.Tracts, humanBytes(int64(st.TractSize)), st.Bytes, humanBytes(st.Bytes), st.Replication, st.Layout,
 				st.Created.Format(time.RFC3339), st.Modified.Format(time.RFC3339))
+			what := "replicas"
+			if strings.HasPrefix(st.Layout, "ec:") {
+				what = "shards 0.." + strconv.Itoa(st.Replication-1)
+			}
+			for i, p := range st.Placement {
+				if i == maxStatPlacement {
+					fmt.Fprintf(a.stdout, "  ... %d more tracts (--json lists every one)\n", len(st.Placement)-i)
+					break
+				}
+				fmt.Fprintf(a.stdout, "tract %d: TLT row %d, %s on %s\n", p.Tract, p.Row, what, strings.Join(p.Servers, " "))
+			}
 			return nil
 		},
 	}
@@ -383,7 +406,22 @@ type BlobStat struct {
 	Replication int       `json:"replication"`
 	Created     time.Time `json:"created"`
 	Modified    time.Time `json:"modified"`
+	// Layout is replicas:K or ec:D+P.
+	Layout string `json:"layout"`
+	// Placement lists, per tract, the tractservers (node/disk) holding its
+	// replicas, or its shards in shard order, under the current TLT.
+	Placement []TractPlacement `json:"placement"`
 }
+
+// TractPlacement is where one tract lives.
+type TractPlacement struct {
+	Tract   uint64   `json:"tract"`
+	Row     int      `json:"row"`
+	Servers []string `json:"servers"`
+}
+
+// maxStatPlacement bounds the tracts `blob stat` lists in text.
+const maxStatPlacement = 16
 
 // statBlob reads a blob's record and the length of its last tract.
 func statBlob(ctx context.Context, c *tract.Client, g tract.GUID) (BlobStat, error) {
@@ -398,7 +436,19 @@ func statBlob(ctx context.Context, c *tract.Client, g tract.GUID) (BlobStat, err
 	defer b.Close()
 	info := b.Info() // OpenBlob just read the length
 	n := info.Tracts
-	st := BlobStat{ID: g.String(), Tracts: n, TractSize: ts, Replication: info.Replication, Created: info.Created, Modified: info.Modified}
+	st := BlobStat{ID: g.String(), Tracts: n, TractSize: ts, Replication: info.Replication, Created: info.Created, Modified: info.Modified,
+		Layout: info.Layout.String(), Placement: []TractPlacement{}}
+	for i := range n {
+		row, servers, err := b.Placement(ctx, i)
+		if err != nil {
+			return BlobStat{}, err
+		}
+		p := TractPlacement{Tract: i, Row: row}
+		for _, s := range servers {
+			p.Servers = append(p.Servers, s.String())
+		}
+		st.Placement = append(st.Placement, p)
+	}
 	if n > 0 {
 		last, err := b.TractLength(ctx, n-1)
 		if err != nil {
@@ -439,10 +489,13 @@ func newBlobVerifyCmd(a *app) *cobra.Command {
 	var f transferFlags
 	cmd := &cobra.Command{
 		Use:   "verify [ID...]",
-		Short: "Check that every tract has its full replica count with matching checksums",
+		Short: "Check that every tract has its full replica count (or its full stripe) with matching checksums and parity",
 		Long: `Read every replica of every tract of every blob (or of the blobs named) and
 check that each has all its replicas, in sync with its row's primary, at the
-same version and with data that matches its checksum. Exits 0 only if so.`,
+same version and with data that matches its checksum; for an erasure-coded
+blob, that each tract has all D+P shards of one write on its row's first D+P
+slots, each matching its checksum, and that the parity matches the data.
+Exits 0 only if so.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mode, err := f.mode()
 			if err != nil {
@@ -472,6 +525,9 @@ same version and with data that matches its checksum. Exits 0 only if so.`,
 			}
 			fmt.Fprintf(a.stdout, "TLT version %d: %d rows, %d blobs, %d tracts, %d replicas verified",
 				rep.TLTVersion, rep.Rows, rep.Blobs, rep.Tracts, rep.Replicas)
+			if rep.Stripes > 0 || rep.Shards > 0 {
+				fmt.Fprintf(a.stdout, ", %d erasure-coded stripes parity-checked (%d shards)", rep.Stripes, rep.Shards)
+			}
 			if rep.Garbage > 0 {
 				fmt.Fprintf(a.stdout, ", %d replicas of deleted blobs awaiting the scrubber", rep.Garbage)
 			}
