@@ -538,7 +538,11 @@ Exits 0 only if so.`,
 			if !rep.OK() {
 				return fmt.Errorf("verify: %d problems", rep.ProblemsTotal)
 			}
-			fmt.Fprintln(a.stdout, "ok: every tract has its full replica count with matching checksums")
+			if rep.Stripes > 0 {
+				fmt.Fprintln(a.stdout, "ok: every tract has its full replica count (or its full stripe, with matching parity) with matching checksums")
+			} else {
+				fmt.Fprintln(a.stdout, "ok: every tract has its full replica count with matching checksums")
+			}
 			return nil
 		},
 	}
