@@ -113,6 +113,37 @@
 // a new owner writes the table's new epoch into the table header, which
 // fences every transaction of the old owner (DESIGN.md §2.6).
 //
+// # Losing the directory's quorum
+//
+// The directory is one raft group on the --directory-peers (3 in
+// development, 5 in production). While a majority of them lives, raft
+// keeps every acknowledged change and elects a new leader in about an
+// election timeout; nothing else is needed. If a majority is lost for good
+// (their disks gone), the directory cannot commit, and the cluster cannot
+// register nodes, declare deaths, move tables or change the extent map,
+// although extents and tracts keep serving what their clients already
+// know.
+//
+// The engine can make one survivor the only voter of the group, keeping
+// every entry it holds: raftengine.RecoverAloneOffline, on the stopped
+// node's store (the same rewrite `arbor extent recover` does online for an
+// extent, see raftengine/recover.go for what it keeps and loses). There is
+// deliberately no command for it yet, because the directory group's
+// membership is static: it is bootstrapped once from --directory-peers,
+// and no membership change re-grows it. A recovered one-voter directory
+// would therefore stay one voter, and the lost peers, restarted with new
+// disks and the same --directory-peers, would bootstrap a second group of
+// the old membership among themselves (two of three: a quorum), forking
+// the directory. The command becomes safe together with directory
+// membership changes (add a peer as a learner, catch it up by snapshot,
+// promote it; refuse to bootstrap a peer whose cluster already exists).
+// Until then recovery is an operator's procedure, cluster-wide and with no
+// command to wrap it: stop every node; on the most up-to-date surviving
+// peer (highest last term, then last index of group 1) apply
+// RecoverAloneOffline to its store; restart the whole cluster with
+// --directory-peers listing that peer alone (and the directory role on it
+// alone).
+//
 // # Service contract
 //
 // Only the leader serves; other replicas answer codes.Unavailable with a
