@@ -22,7 +22,12 @@ import (
 // Transport limits.
 const (
 	// maxQueuedPerPeer bounds the messages waiting for one peer; beyond it
-	// new messages are dropped (raft retransmits).
+	// new messages are dropped (raft retransmits). Messages queued while a
+	// peer is away (the sender blocked on a broken stream or backing off)
+	// are delivered when it returns, so a restarted follower may catch up
+	// from a leader's MsgApps of the outage even though the leader has
+	// truncated those entries since: harmless, as raft never depends on
+	// when a message arrives (TestLateMessagesCatchUpPastTruncation).
 	maxQueuedPerPeer = 8192
 	// maxBatchBytes bounds one MessageBatch on the wire.
 	maxBatchBytes = 16 << 20
