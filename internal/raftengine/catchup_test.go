@@ -2,6 +2,7 @@ package raftengine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -28,104 +29,155 @@ import (
 // its own copy, and a follower appends it only where its log matches the
 // leader's. The test below makes it deterministic: a transport that holds
 // the messages to a stopped follower and delivers them after its restart,
-// once the leader's log starts past the follower's. The follower catches
+// once the leader's log starts past the follower's (snapshots to it fail
+// meanwhile, as they would to a node that is down). The follower catches
 // up from them with no snapshot, and its state is exactly the others'.
-// When the held messages are lost instead, it takes a snapshot.
+// When the held messages are lost instead, it takes a snapshot. (A leader
+// change during the outage makes the held messages probes of the new
+// leader, which cannot catch anyone up: the round is then played again.)
 func TestLateMessagesCatchUpPastTruncation(t *testing.T) {
 	for _, deliver := range []bool{true, false} {
 		t.Run(fmt.Sprintf("deliver=%v", deliver), func(t *testing.T) {
-			holds := map[uint64]*holdingTransport{}
-			var mu sync.Mutex
-			c := newTestCluster(t, 3, func(cfg *Config) {
-				cfg.LogRetainEntries = 16
-				if cfg.NodeID != 3 {
-					mu.Lock()
-					h := &holdingTransport{Transport: cfg.Transport}
-					holds[cfg.NodeID] = h
-					mu.Unlock()
-					cfg.Transport = h
+			for round := 0; ; round++ {
+				if lateMessagesRound(t, deliver) {
+					return
 				}
-			})
-			c.createGroup(1, 1, 2, 3)
-			want := map[string]string{}
-			for i := range 20 {
-				k := fmt.Sprintf("a%02d", i)
-				c.propose(1, setCmd(k, k))
-				want[k] = k
-			}
-			c.waitConverged(1, c.ids, want)
-			// Node 3 leads nothing (so the others keep a leader), then stops;
-			// the messages to it are held from that moment.
-			if c.leader(1) == 3 {
-				if err := c.engines[3].TransferLeadership(context.Background(), 1, 1); err != nil {
-					t.Fatal(err)
+				if round == 4 {
+					t.Fatal("the leader changed during the outage in every round")
 				}
-				for c.leader(1) == 3 {
-				}
-			}
-			for _, h := range holds {
-				h.hold(3)
-			}
-			behind, err := c.engines[3].Status(1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.stop(3)
-			c.ids = []uint64{1, 2}
-			for i := range 300 {
-				k := fmt.Sprintf("b%03d", i)
-				c.propose(1, setCmd(k, k))
-				want[k] = k
-			}
-			lead := c.leader(1)
-			st, err := c.engines[lead].Status(1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.LogStart <= behind.LastIndex+1 {
-				t.Fatalf("the leader's log starts at %d: not past the stopped node's last entry %d", st.LogStart, behind.LastIndex)
-			}
-			c.ids = []uint64{1, 2, 3}
-			c.start(3)
-			held := 0
-			for _, h := range holds {
-				held += h.release(3, deliver)
-			}
-			t.Logf("leader %d's log starts at %d, node 3's ended at %d; %d held messages %s", lead, st.LogStart, behind.LastIndex,
-				held, map[bool]string{true: "delivered", false: "lost"}[deliver])
-			c.waitConverged(1, c.ids, want)
-			snaps := c.engines[3].Metrics().SnapshotsApplied
-			if deliver && snaps != 0 {
-				t.Fatalf("node 3 took %d snapshots although the held messages carried every entry it lacked", snaps)
-			}
-			if !deliver && snaps == 0 {
-				t.Fatal("node 3 caught up without a snapshot and without the held messages: from where?")
-			}
-			// Either way the replicas agree to the last applied entry.
-			for _, id := range c.ids {
-				if d := mapDiff(c.sm(lead, 1).snapshot(), c.sm(id, 1).snapshot()); d != "" {
-					t.Fatalf("node %d differs from the leader: %s", id, d)
-				}
+				t.Logf("round %d: the leader changed during the outage; again", round)
 			}
 		})
 	}
 }
 
+// lateMessagesRound plays the scenario once; false means the leader changed
+// during the outage and nothing was checked.
+func lateMessagesRound(t *testing.T, deliver bool) bool {
+	holds := map[uint64]*holdingTransport{}
+	var mu sync.Mutex
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.LogRetainEntries = 16
+		if cfg.NodeID != 3 {
+			mu.Lock()
+			h := &holdingTransport{Transport: cfg.Transport}
+			holds[cfg.NodeID] = h
+			mu.Unlock()
+			cfg.Transport = h
+		}
+	})
+	c.createGroup(1, 1, 2, 3)
+	want := map[string]string{}
+	for i := range 20 {
+		k := fmt.Sprintf("a%02d", i)
+		c.propose(1, setCmd(k, k))
+		want[k] = k
+	}
+	c.waitConverged(1, c.ids, want)
+	// Node 3 leads nothing (so the others keep a leader), then stops;
+	// the messages to it are held from that moment.
+	if c.leader(1) == 3 {
+		if err := c.engines[3].TransferLeadership(context.Background(), 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		for c.leader(1) == 3 {
+		}
+	}
+	for _, h := range holds {
+		h.hold(3)
+	}
+	before, err := c.engines[c.leader(1)].Status(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind, err := c.engines[3].Status(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.stop(3)
+	c.ids = []uint64{1, 2}
+	for i := range 300 {
+		k := fmt.Sprintf("b%03d", i)
+		c.propose(1, setCmd(k, k))
+		want[k] = k
+	}
+	lead := c.leader(1)
+	st, err := c.engines[lead].Status(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Term != before.Term {
+		c.close()
+		return false
+	}
+	if st.LogStart <= behind.LastIndex+1 {
+		t.Fatalf("the leader's log starts at %d: not past the stopped node's last entry %d", st.LogStart, behind.LastIndex)
+	}
+	c.ids = []uint64{1, 2, 3}
+	c.start(3)
+	held := 0
+	for _, h := range holds {
+		if !deliver {
+			h.allowSnapshots(3)
+		}
+		held += h.release(3, deliver)
+	}
+	t.Logf("leader %d's log starts at %d, node 3's ended at %d; %d held messages %s", lead, st.LogStart, behind.LastIndex,
+		held, map[bool]string{true: "delivered", false: "lost"}[deliver])
+	c.waitConverged(1, c.ids, want)
+	for _, h := range holds {
+		h.allowSnapshots(3)
+	}
+	snaps := c.engines[3].Metrics().SnapshotsApplied
+	if deliver && snaps != 0 {
+		t.Fatalf("node 3 took %d snapshots although the held messages carried every entry it lacked", snaps)
+	}
+	if !deliver && snaps == 0 {
+		t.Fatal("node 3 caught up without a snapshot and without the held messages: from where?")
+	}
+	// Either way the replicas agree to the last applied entry.
+	for _, id := range c.ids {
+		if d := mapDiff(c.sm(lead, 1).snapshot(), c.sm(id, 1).snapshot()); d != "" {
+			t.Fatalf("node %d differs from the leader: %s", id, d)
+		}
+	}
+	return true
+}
+
 // holdingTransport holds the messages to some nodes until released, as a
-// transport queue does while its peer is away.
+// transport queue does while its peer is away, and fails snapshots to them
+// until allowed.
 type holdingTransport struct {
 	Transport
-	mu   sync.Mutex
-	held map[uint64][]Envelope
+	mu      sync.Mutex
+	held    map[uint64][]Envelope
+	noSnaps map[uint64]bool
 }
 
 func (h *holdingTransport) hold(to uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.held == nil {
-		h.held = map[uint64][]Envelope{}
+		h.held, h.noSnaps = map[uint64][]Envelope{}, map[uint64]bool{}
 	}
 	h.held[to] = []Envelope{}
+	h.noSnaps[to] = true
+}
+
+func (h *holdingTransport) allowSnapshots(to uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.noSnaps, to)
+}
+
+func (h *holdingTransport) SendSnapshot(ctx context.Context, to uint64, snap OutgoingSnapshot) (bool, error) {
+	h.mu.Lock()
+	blocked := h.noSnaps[to]
+	h.mu.Unlock()
+	if blocked {
+		return false, errors.New("node unreachable (held)")
+	}
+	return h.Transport.SendSnapshot(ctx, to, snap)
 }
 
 // release sends (deliver) or drops what was held for to, and stops
