@@ -137,7 +137,7 @@ func newBlobPutCmd(a *app) *cobra.Command {
 		},
 	}
 	f.register(cmd)
-	cmd.Flags().IntVar(&replication, "replication", 0, "replicas of each tract (default: the cluster's)")
+	cmd.Flags().IntVar(&replication, "replication", 0, "replicas of each tract (default: 3, or the TLT's row width if smaller)")
 	cmd.Flags().StringVar(&layout, "layout", "", "the blob's layout: replicas:K, or ec:D+P for Reed-Solomon stripes (ec: 5+2); needs TLT rows of D+P servers in distinct failure domains")
 	cmd.Flags().StringVar(&id, "id", "", "the blob's id, 32 hexadecimal digits (default: random)")
 	return cmd

@@ -30,7 +30,8 @@ var _ DataStore = (*TractData)(nil)
 var _ TractLengther = (*TractData)(nil)
 
 // NewTractData returns a DataStore over c; replication is each new blob's
-// replication level (0: the TLT's). It asks the cluster its tract size.
+// replication level (0: the tract store's default). It asks the cluster
+// its tract size.
 func NewTractData(ctx context.Context, c *tract.Client, replication int) (*TractData, error) {
 	ts, err := c.TractSize(ctx)
 	if err != nil {

@@ -372,7 +372,9 @@ type Blob struct {
 }
 
 // CreateBlob creates a blob of length 0 (FDS CreateBlob) with the given
-// replication level (0: the TLT's). It fails with BLOB_EXISTS if the
+// replication level (0: DefaultReplication, or the TLT's row width if it
+// is narrower; a TLT widened for erasure-coded stripes does not make every
+// blob that wide). It fails with BLOB_EXISTS if the
 // blob exists.
 func (c *Client) CreateBlob(ctx context.Context, g GUID, replication int) (*Blob, error) {
 	return c.CreateBlobSized(ctx, g, replication, 0)
@@ -389,7 +391,7 @@ func (c *Client) CreateBlobSized(ctx context.Context, g GUID, replication int, n
 		return nil, err
 	}
 	if replication == 0 {
-		replication = t.Replication
+		replication = min(DefaultReplication, t.Replication)
 	}
 	if replication < 1 || replication > t.Replication {
 		return nil, invalidf("replication %d: must be in [1, %d] (the TLT's)", replication, t.Replication)
