@@ -17,7 +17,7 @@ DEV_FLAGS ?=
 # Where `make dev` mounts the file system "default" (empty: no mount).
 DEV_MOUNT ?= /tmp/arbor-mnt
 
-.PHONY: bench all build deps dev proto lint test test-short fuzz bench soak clean pjdfstest
+.PHONY: bench all build deps dev proto lint test test-short fuzz bench soak clean pjdfstest chaos
 
 all: build
 
@@ -35,6 +35,19 @@ dev: deps build
 # mount; needs root. Not part of `make test` (it takes many minutes).
 pjdfstest: build
 	bash scripts/pjdfstest.sh
+
+# The whole-cluster nemesis (issue 13, internal/nemesis): a 5-node dev
+# cluster with two FUSE mounts under a mixed workload, through CHAOS_CYCLES
+# kill, restart, partition and slow/failing-RPC cycles, checked after each;
+# about an hour for 100 cycles on 2 cores. Exits non-zero if anything was
+# lost or a check failed. ARBOR_SEED replays a run's choices; needs FUSE.
+# `make test` runs two cycles (TestNemesis).
+CHAOS_DIR ?= /tmp/arbor-chaos
+CHAOS_CYCLES ?= 100
+chaos: deps build
+	-fusermount3 -uz $(CHAOS_DIR)/mnt1 2>/dev/null; fusermount3 -uz $(CHAOS_DIR)/mnt2 2>/dev/null
+	rm -rf $(CHAOS_DIR)
+	./bin/arbor debug nemesis --dir $(CHAOS_DIR) --cycles $(CHAOS_CYCLES) --log-level warn $(if $(ARBOR_SEED),--seed $(ARBOR_SEED))
 
 # Regenerates the committed protobuf code; needs protoc and the plugins that
 # scripts/install-deps.sh installs. A normal build needs only Go.

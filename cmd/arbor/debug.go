@@ -25,7 +25,7 @@ func newDebugCmd(a *app) *cobra.Command {
 		Use:   "debug",
 		Short: "Tools for developers and tests",
 	}
-	cmd.AddCommand(newDebugFaultsCmd(a))
+	cmd.AddCommand(newDebugFaultsCmd(a), newDebugNemesisCmd(a))
 	return cmd
 }
 

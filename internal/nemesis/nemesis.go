@@ -1,0 +1,330 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/client"
+	"github.com/arbor-storage/arbor/internal/devcluster"
+)
+
+// Defaults and bounds of a run.
+const (
+	DefaultNodes  = 5
+	DefaultCycles = 100
+	// DefaultHoldMin and DefaultHoldMax bound how long a fault lasts.
+	DefaultHoldMin = 3 * time.Second
+	DefaultHoldMax = 12 * time.Second
+	// DefaultCheckPatience is how long a check may keep failing after a
+	// cycle's recovery (re-replication, a TLT repair) before it counts as
+	// failed.
+	DefaultCheckPatience = 3 * time.Minute
+	// DefaultRecoveryPatience bounds the wait for the cluster to become
+	// healthy, and serve every kind of request, after a fault is healed.
+	DefaultRecoveryPatience = 3 * time.Minute
+	// opTimeout bounds one workload operation through the libraries.
+	opTimeout = 60 * time.Second
+	// fileSystem is the file system the mounts share.
+	fileSystem = "chaos"
+	maxNodes   = 9
+)
+
+// Config configures a run.
+type Config struct {
+	// Binary is the arbor executable the nodes and mounts run (required).
+	Binary string
+	// Dir holds the run: the cluster in Dir/cluster, the mount points in
+	// Dir/mnt1 and Dir/mnt2 (required; created if missing).
+	Dir string
+	// Nodes is the cluster's size (0: DefaultNodes).
+	Nodes int
+	// Cycles is how many fault cycles run (0: DefaultCycles).
+	Cycles int
+	// Seed drives every choice (0: a random seed, reported).
+	Seed uint64
+	// HoldMin and HoldMax bound a fault's duration (0: the defaults).
+	HoldMin, HoldMax time.Duration
+	// CheckPatience and RecoveryPatience (0: the defaults).
+	CheckPatience, RecoveryPatience time.Duration
+	// ServerArgs are extra `arbor server` arguments.
+	ServerArgs []string
+	// Out receives one line per cycle and the summary (nil: discarded).
+	Out io.Writer
+	// Logger receives details (nil: discarded).
+	Logger *slog.Logger
+}
+
+func (c *Config) normalize() error {
+	if c.Binary == "" || c.Dir == "" {
+		return errors.New("nemesis: Binary and Dir are required")
+	}
+	if c.Nodes == 0 {
+		c.Nodes = DefaultNodes
+	}
+	if c.Nodes < 3 || c.Nodes > maxNodes {
+		return fmt.Errorf("nemesis: %d nodes, want 3 to %d", c.Nodes, maxNodes)
+	}
+	if c.Cycles == 0 {
+		c.Cycles = DefaultCycles
+	}
+	if c.Cycles < 0 {
+		return fmt.Errorf("nemesis: %d cycles", c.Cycles)
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64() | 1
+	}
+	if c.HoldMin == 0 {
+		c.HoldMin = DefaultHoldMin
+	}
+	if c.HoldMax == 0 {
+		c.HoldMax = DefaultHoldMax
+	}
+	if c.HoldMax < c.HoldMin {
+		return fmt.Errorf("nemesis: hold %v-%v", c.HoldMin, c.HoldMax)
+	}
+	if c.CheckPatience == 0 {
+		c.CheckPatience = DefaultCheckPatience
+	}
+	if c.RecoveryPatience == 0 {
+		c.RecoveryPatience = DefaultRecoveryPatience
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// run is one nemesis run's state.
+type run struct {
+	cfg     Config
+	log     *slog.Logger
+	rng     *rand.Rand // the nemesis's choices; only the cycle loop uses it
+	cluster *devcluster.Cluster
+	cl      *client.Cluster
+	mounts  []*mount
+	sum     *Summary
+	pause   sync.RWMutex // workers hold it for reading around each operation
+	stop    chan struct{}
+	wg      sync.WaitGroup
+
+	logOffsets map[uint64]int64 // how far scanLogs read each node's log
+
+	fs   []*fsWorker
+	blob *blobWorker
+	kv   *kvWorker
+	bank *bank
+}
+
+// Run runs cfg.Cycles fault cycles and the final checks, and returns the
+// summary. The error is about the run itself (the cluster would not start,
+// ctx ended); what the run found is in the summary (Summary.Failed).
+func Run(ctx context.Context, cfg Config) (*Summary, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	r := &run{cfg: cfg, log: cfg.Logger, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6e656d65)), sum: newSummary(cfg), stop: make(chan struct{})}
+	fmt.Fprintf(cfg.Out, "nemesis: seed %d (replay with ARBOR_SEED=%d or --seed %d), %d nodes, %d cycles, in %s\n",
+		cfg.Seed, cfg.Seed, cfg.Seed, cfg.Nodes, cfg.Cycles, cfg.Dir)
+	start := time.Now()
+	err := r.runAll(ctx)
+	r.sum.Duration = time.Since(start)
+	return r.sum, err
+}
+
+func (r *run) runAll(ctx context.Context) (err error) {
+	if err := os.MkdirAll(r.cfg.Dir, 0o750); err != nil {
+		return fmt.Errorf("nemesis: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(r.cfg.Dir, "cluster")); err == nil {
+		return fmt.Errorf("nemesis: %s holds an earlier run: remove it or choose another directory (the checks need a new cluster)", r.cfg.Dir)
+	}
+	r.cluster, err = devcluster.Open(devcluster.Options{
+		Dir:          filepath.Join(r.cfg.Dir, "cluster"),
+		Nodes:        r.cfg.Nodes,
+		Binary:       r.cfg.Binary,
+		ServerArgs:   r.cfg.ServerArgs,
+		StartTimeout: r.cfg.RecoveryPatience,
+		Logger:       r.log,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := r.cluster.Close(); cerr != nil {
+			r.log.Warn("stopping the cluster", "err", cerr)
+		}
+	}()
+	if err := r.cluster.Start(ctx); err != nil {
+		return err
+	}
+	r.cl, err = client.Dial(client.Options{Addrs: r.cluster.DirectoryAddrs(), ClusterID: r.cluster.ClusterID(), Logger: r.log})
+	if err != nil {
+		return err
+	}
+	defer r.cl.Close()
+	if err := r.setUp(ctx); err != nil {
+		r.stopWorkers()
+		r.unmountAll()
+		return err
+	}
+	defer r.unmountAll()
+	r.startWorkers()
+	exits := r.watchExits()
+	defer close(exits)
+
+	for i := 1; i <= r.cfg.Cycles && ctx.Err() == nil; i++ {
+		r.cycle(ctx, i)
+	}
+	r.stopWorkers()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	r.finalChecks(ctx)
+	return nil
+}
+
+// setUp creates the file system, mounts it twice, and prepares the
+// workloads' state.
+func (r *run) setUp(ctx context.Context) error {
+	if err := r.cli(ctx, time.Minute, "fs", "create", fileSystem); err != nil {
+		return fmt.Errorf("nemesis: create the file system: %w", err)
+	}
+	for i := 1; i <= 2; i++ {
+		m, err := startMount(ctx, r.cfg.Binary, r.cluster.Dir(), fileSystem, filepath.Join(r.cfg.Dir, fmt.Sprintf("mnt%d", i)), r.log)
+		if err != nil {
+			return fmt.Errorf("nemesis: mount %d: %w", i, err)
+		}
+		r.mounts = append(r.mounts, m)
+	}
+	seed := r.cfg.Seed
+	for i := range 2 {
+		w, err := newFSWorker(ctx, i, r.mounts[i].dir, r.mounts[1-i].dir, seed+uint64(i)+1)
+		if err != nil {
+			return err
+		}
+		r.fs = append(r.fs, w)
+	}
+	tc, err := r.cl.Tracts()
+	if err != nil {
+		return err
+	}
+	r.blob = newBlobWorker(tc, seed+11)
+	tree, err := r.cl.KV(ctx)
+	if err != nil {
+		return fmt.Errorf("nemesis: open the KV store: %w", err)
+	}
+	r.kv = newKVWorker(tree, seed+12)
+	r.bank, err = newBank(ctx, tree, seed+13)
+	return err
+}
+
+// startWorkers runs every workload in its own goroutine until stop.
+func (r *run) startWorkers() {
+	loop := func(name string, pace time.Duration, op func(ctx context.Context) error) {
+		r.wg.Go(func() {
+			for {
+				select {
+				case <-r.stop:
+					return
+				default:
+				}
+				r.pause.RLock()
+				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+				err := op(ctx)
+				cancel()
+				r.pause.RUnlock()
+				r.sum.op(name, err)
+				wait := pace
+				if err != nil {
+					r.log.Debug("workload operation failed", "worker", name, "err", err)
+					wait = max(pace, 100*time.Millisecond) // do not spin on a cluster that is down
+				}
+				select {
+				case <-r.stop:
+					return
+				case <-time.After(wait):
+				}
+			}
+		})
+	}
+	for i, w := range r.fs {
+		loop(fmt.Sprintf("fs%d", i+1), 0, w.step)
+	}
+	// The library workloads are paced so that a long run's checks and
+	// disks stay bounded (a few thousand keys and blobs per hour).
+	loop("blob", 300*time.Millisecond, r.blob.step)
+	loop("kv", 50*time.Millisecond, r.kv.step)
+	for i := range 2 {
+		loop(fmt.Sprintf("bank%d", i+1), 5*time.Millisecond, func(ctx context.Context) error { return r.bank.step(ctx, i) })
+	}
+}
+
+func (r *run) stopWorkers() {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	r.wg.Wait()
+}
+
+// paused runs f while no workload operation runs.
+func (r *run) paused(f func()) time.Duration {
+	start := time.Now()
+	r.pause.Lock()
+	waited := time.Since(start)
+	defer r.pause.Unlock()
+	f()
+	return waited
+}
+
+// watchExits records nodes that exit without being asked to.
+func (r *run) watchExits() chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case e := <-r.cluster.Exits():
+				r.sum.fail(0, "crash", fmt.Sprintf("node %d exited unexpectedly (%v); end of its log:\n%s", e.ID, e.Err, e.LogTail))
+			}
+		}
+	}()
+	return done
+}
+
+// nodeIDs returns every node's id.
+func (r *run) nodeIDs() []uint64 {
+	var ids []uint64
+	for _, n := range r.cluster.Nodes() {
+		ids = append(ids, n.ID)
+	}
+	return ids
+}
+
+// pick returns a random element of ids other than those in not.
+func (r *run) pick(ids []uint64, not ...uint64) uint64 {
+	var c []uint64
+	for _, id := range ids {
+		if !slices.Contains(not, id) {
+			c = append(c, id)
+		}
+	}
+	if len(c) == 0 {
+		return 0
+	}
+	return c[r.rng.IntN(len(c))]
+}
