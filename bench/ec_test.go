@@ -3,15 +3,10 @@ package bench
 import (
 	"context"
 	"crypto/rand"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
-	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
-	"github.com/arbor-storage/arbor/internal/directory"
 	"github.com/arbor-storage/arbor/internal/tract"
 )
 
@@ -22,24 +17,11 @@ import (
 // before a killed node is declared dead.
 func startECCluster(b *testing.B) *tractBench {
 	b.Helper()
-	c := devclustertest.Start(b, devcluster.Options{
+	return startTractClusterWith(b, devcluster.Options{
 		Nodes:      8,
 		ServerArgs: []string{"--heartbeat-interval=500ms", "--node-dead-timeout=20s", "--log-level=warn"},
 		Env:        []string{tract.OptionsEnv + "=replication=7,manager-settle=1s,manager-tick=500ms,drop-grace=2s,orphan-grace=1s"},
 	})
-	dir, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { dir.Close() })
-	cl, err := tract.NewClient(tract.ClientConfig{Directory: dir, DialOptions: client.DialOptions(c.ClusterID())})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cl.Close() })
-	tb := &tractBench{c: c, dir: dir, client: cl}
-	tb.waitInSync(b, 2*time.Minute)
-	return tb
 }
 
 // writeLayoutBlob is writeBlob with a layout.
@@ -64,47 +46,6 @@ func (tb *tractBench) writeLayoutBlob(b *testing.B, data []byte, l tract.Layout)
 	return blob.GUID()
 }
 
-// readOpen reads every tract of an open blob, all in flight at once.
-func readOpen(b *testing.B, blob *tract.Blob) int {
-	b.Helper()
-	ctx := context.Background()
-	n := blob.Info().Tracts
-	ops := make([]*tract.Op[[]byte], 0, n)
-	for i := range n {
-		ops = append(ops, blob.ReadTractAsync(ctx, i))
-	}
-	total := 0
-	for _, op := range ops {
-		d, err := op.Wait()
-		if err != nil {
-			b.Fatal(err)
-		}
-		total += len(d)
-	}
-	return total
-}
-
-// storedBytes sums the bytes every running tractserver stores.
-func (tb *tractBench) storedBytes(b *testing.B) uint64 {
-	b.Helper()
-	var sum uint64
-	for _, n := range tb.c.Nodes() {
-		if !n.Running {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		st, err := tb.client.NodeStatus(ctx, n.ID, false)
-		cancel()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, d := range st.Disks {
-			sum += d.Bytes
-		}
-	}
-	return sum
-}
-
 // BenchmarkErasureCoding measures one client of an 8-node dev cluster
 // (one tractserver per node, all on this machine's one disk, TLT rows of
 // 7): sequential write and read of 256 MiB blobs as ec:5+2 stripes and
@@ -115,21 +56,7 @@ func (tb *tractBench) storedBytes(b *testing.B) uint64 {
 // next to fio on the same disk in the same run (as BenchmarkTractStore).
 func BenchmarkErasureCoding(b *testing.B) {
 	tb := startECCluster(b)
-	refDir := b.TempDir()
-	fioWrite := fioResult(b, refDir, "write", "--rw=write", "--bs=4M", "--fsync=1")
-	canDrop := dropCaches()
-	readArgs := []string{"--rw=read", "--bs=4M"}
-	if !canDrop {
-		readArgs = append(readArgs, "--direct=1")
-	}
-	fioRead := fioResult(b, refDir, "read", readArgs...)
-	if files, _ := filepath.Glob(filepath.Join(refDir, "ref.*")); len(files) > 0 {
-		for _, f := range files {
-			os.Remove(f)
-		}
-	}
-	b.Logf("fio on this disk, %d streams: sequential write (fsync per 4 MiB) %.0f MB/s, read %.0f MB/s (page cache dropped: %v)", fioJobs,
-		fioWrite/1e6, fioRead/1e6, canDrop)
+	fioWrite, fioRead := diskReference(b)
 	data := make([]byte, tractBlobBytes)
 	rand.Read(data)
 	ec := tract.Layout{EC: tract.ECLayout{Data: tract.DefaultECData, Parity: tract.DefaultECParity}}
@@ -139,13 +66,13 @@ func BenchmarkErasureCoding(b *testing.B) {
 	for _, l := range layouts {
 		b.Run("write/"+l.String(), func(b *testing.B) {
 			b.SetBytes(tractBlobBytes)
-			before := tb.storedBytes(b)
+			before := tb.storedBytes()
 			start := time.Now()
 			for range b.N {
 				blobs[l] = append(blobs[l], tb.writeLayoutBlob(b, data, l))
 			}
 			bw := float64(b.N*tractBlobBytes) / time.Since(start).Seconds()
-			stored[l] = float64(tb.storedBytes(b)-before) / float64(b.N*tractBlobBytes)
+			stored[l] = float64(tb.storedBytes()-before) / float64(b.N*tractBlobBytes)
 			b.ReportMetric(bw/1e6, "MB/s")
 			b.ReportMetric(fioWrite/1e6, "fio_MB/s")
 			b.ReportMetric(bw/fioWrite, "ratio")
@@ -224,44 +151,7 @@ func BenchmarkErasureCoding(b *testing.B) {
 		// where node 7 held one of the first 3 slots). Measured: from the
 		// TLT repair to every row in sync; the bytes are those the new
 		// members wrote (they read about 5 times as many).
-		ctx := context.Background()
-		var copied uint64
-		var elapsed time.Duration
-		b.ResetTimer()
-		for range b.N {
-			b.StopTimer()
-			tb.waitInSync(b, 5*time.Minute)
-			t0, err := tb.client.RefreshTLT(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			before := tb.recoveredBytes()
-			if err := tb.c.Kill(7); err != nil {
-				b.Fatal(err)
-			}
-			tb.waitFor(b, "the TLT repair", func() bool {
-				t, err := tb.client.RefreshTLT(ctx)
-				return err == nil && t.Version > t0.Version
-			})
-			b.StartTimer()
-			start := time.Now()
-			tb.waitInSync(b, 10*time.Minute)
-			elapsed += time.Since(start)
-			b.StopTimer()
-			copied += tb.recoveredBytes() - before
-			// Node 7 comes back for the next round (it gets rows again).
-			if err := tb.c.StartNode(ctx, 7); err != nil {
-				b.Fatal(err)
-			}
-			if err := tb.c.WaitHealthy(ctx); err != nil {
-				b.Fatal(err)
-			}
-			tb.waitFor(b, "node 7 to be given rows again", func() bool {
-				t, err := tb.client.RefreshTLT(ctx)
-				return err == nil && t.Appearances()[tract.ServerID{Node: 7}] > 0
-			})
-			b.StartTimer()
-		}
+		copied, elapsed := tb.recoveries(b, 7)
 		bw := float64(copied) / elapsed.Seconds()
 		b.ReportMetric(bw/1e6, "MB/s")
 		b.ReportMetric(float64(copied)/float64(b.N)/1e6, "MB_rebuilt/op")

@@ -18,6 +18,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/directory"
 	"github.com/arbor-storage/arbor/internal/tract"
+	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
 )
 
 // tractBlobBytes is the size of each blob the tract benchmarks write and
@@ -72,11 +73,18 @@ type tractBench struct {
 
 func startTractCluster(b *testing.B) *tractBench {
 	b.Helper()
-	c := devclustertest.Start(b, devcluster.Options{
+	return startTractClusterWith(b, devcluster.Options{
 		Nodes:      5,
 		ServerArgs: []string{"--heartbeat-interval=500ms", "--node-dead-timeout=4s", "--log-level=warn"},
 		Env:        []string{tract.OptionsEnv + "=manager-settle=1s,manager-tick=500ms,drop-grace=2s"},
 	})
+}
+
+// startTractClusterWith starts a dev cluster, connects a tract client and
+// waits until every row is in sync.
+func startTractClusterWith(b *testing.B, opts devcluster.Options) *tractBench {
+	b.Helper()
+	c := devclustertest.Start(b, opts)
 	dir, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
 	if err != nil {
 		b.Fatal(err)
@@ -166,12 +174,18 @@ func (tb *tractBench) writeBlob(b *testing.B, data []byte, replication int) trac
 
 func (tb *tractBench) readBlob(b *testing.B, g tract.GUID) int {
 	b.Helper()
-	ctx := context.Background()
-	blob, err := tb.client.OpenBlob(ctx, g)
+	blob, err := tb.client.OpenBlob(context.Background(), g)
 	if err != nil {
 		b.Fatal(err)
 	}
-	n, _ := blob.Size(ctx)
+	return readOpen(b, blob)
+}
+
+// readOpen reads every tract of an open blob, all in flight at once.
+func readOpen(b *testing.B, blob *tract.Blob) int {
+	b.Helper()
+	ctx := context.Background()
+	n := blob.Info().Tracts
 	ops := make([]*tract.Op[[]byte], 0, n)
 	for i := range n {
 		ops = append(ops, blob.ReadTractAsync(ctx, i))
@@ -199,6 +213,17 @@ func (tb *tractBench) waitFor(b *testing.B, what string, cond func() bool) {
 }
 
 func (tb *tractBench) recoveredBytes() uint64 {
+	return tb.sumDisks(func(d *tpb.DiskStatus) uint64 { return d.RecoveredBytes })
+}
+
+// storedBytes sums the bytes every running tractserver stores.
+func (tb *tractBench) storedBytes() uint64 {
+	return tb.sumDisks(func(d *tpb.DiskStatus) uint64 { return d.Bytes })
+}
+
+// sumDisks sums a figure over the disks of every running node (a node
+// that does not answer counts nothing).
+func (tb *tractBench) sumDisks(f func(*tpb.DiskStatus) uint64) uint64 {
 	var sum uint64
 	for _, n := range tb.c.Nodes() {
 		if !n.Running {
@@ -211,10 +236,79 @@ func (tb *tractBench) recoveredBytes() uint64 {
 			continue
 		}
 		for _, d := range st.Disks {
-			sum += d.RecoveredBytes
+			sum += f(d)
 		}
 	}
 	return sum
+}
+
+// diskReference measures this disk with fio: sequential synced writes (an
+// fsync per 4 MiB, as every tract write is synced) and reads with a cold
+// page cache (dropped, or O_DIRECT without root), fioJobs streams each.
+func diskReference(b *testing.B) (write, read float64) {
+	b.Helper()
+	refDir := b.TempDir()
+	write = fioResult(b, refDir, "write", "--rw=write", "--bs=4M", "--fsync=1")
+	canDrop := dropCaches()
+	readArgs := []string{"--rw=read", "--bs=4M"}
+	if !canDrop {
+		readArgs = append(readArgs, "--direct=1")
+	}
+	read = fioResult(b, refDir, "read", readArgs...)
+	if files, _ := filepath.Glob(filepath.Join(refDir, "ref.*")); len(files) > 0 {
+		for _, f := range files {
+			os.Remove(f)
+		}
+	}
+	b.Logf("fio on this disk, %d streams: sequential write (fsync per 4 MiB) %.0f MB/s, read %.0f MB/s (page cache dropped: %v)", fioJobs,
+		write/1e6, read/1e6, canDrop)
+	return write, read
+}
+
+// recoveries runs b.N recoveries of node: it is killed, and once the TLT
+// is repaired (it was declared dead) the time until every row is in sync
+// is measured, with the bytes the catch-ups copied; then it comes back and
+// gets rows again. Only the catch-ups are timed.
+func (tb *tractBench) recoveries(b *testing.B, node uint64) (copied uint64, elapsed time.Duration) {
+	b.Helper()
+	ctx := context.Background()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		tb.waitInSync(b, 5*time.Minute)
+		t0, err := tb.client.RefreshTLT(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		before := tb.recoveredBytes()
+		if err := tb.c.Kill(node); err != nil {
+			b.Fatal(err)
+		}
+		tb.waitFor(b, "the TLT repair", func() bool {
+			t, err := tb.client.RefreshTLT(ctx)
+			return err == nil && t.Version > t0.Version
+		})
+		b.StartTimer()
+		start := time.Now()
+		tb.waitInSync(b, 10*time.Minute)
+		elapsed += time.Since(start)
+		b.StopTimer()
+		copied += tb.recoveredBytes() - before
+		// The node comes back for the next round (it gets rows again).
+		if err := tb.c.StartNode(ctx, node); err != nil {
+			b.Fatal(err)
+		}
+		if err := tb.c.WaitHealthy(ctx); err != nil {
+			b.Fatal(err)
+		}
+		tb.waitFor(b, fmt.Sprintf("node %d to be given rows again", node), func() bool {
+			t, err := tb.client.RefreshTLT(ctx)
+			return err == nil && t.Appearances()[tract.ServerID{Node: node}] > 0
+		})
+		tb.waitInSync(b, 5*time.Minute)
+		b.StartTimer()
+	}
+	return copied, elapsed
 }
 
 // BenchmarkTractStore measures one client of a 5-node dev cluster (one
@@ -229,21 +323,7 @@ func (tb *tractBench) recoveredBytes() uint64 {
 // three times its bytes on the disk: disk_ratio counts them.
 func BenchmarkTractStore(b *testing.B) {
 	tb := startTractCluster(b)
-	refDir := b.TempDir()
-	fioWrite := fioResult(b, refDir, "write", "--rw=write", "--bs=4M", "--fsync=1")
-	canDrop := dropCaches()
-	readArgs := []string{"--rw=read", "--bs=4M"}
-	if !canDrop {
-		readArgs = append(readArgs, "--direct=1")
-	}
-	fioRead := fioResult(b, refDir, "read", readArgs...)
-	if files, _ := filepath.Glob(filepath.Join(refDir, "ref.*")); len(files) > 0 {
-		for _, f := range files {
-			os.Remove(f)
-		}
-	}
-	b.Logf("fio on this disk, %d streams: sequential write (fsync per 4 MiB) %.0f MB/s, read %.0f MB/s (page cache dropped: %v)", fioJobs,
-		fioWrite/1e6, fioRead/1e6, canDrop)
+	fioWrite, fioRead := diskReference(b)
 	data := make([]byte, tractBlobBytes)
 	rand.Read(data)
 	blobs := map[int]tract.GUID{}
@@ -285,42 +365,7 @@ func BenchmarkTractStore(b *testing.B) {
 		for range 3 {
 			tb.writeBlob(b, data, 3)
 		}
-		var copied uint64
-		var elapsed time.Duration
-		b.ResetTimer()
-		for range b.N {
-			b.StopTimer()
-			tb.waitInSync(b, 5*time.Minute)
-			ctx := context.Background()
-			t0, _ := tb.client.RefreshTLT(ctx)
-			before := tb.recoveredBytes()
-			if err := tb.c.Kill(5); err != nil {
-				b.Fatal(err)
-			}
-			tb.waitFor(b, "the TLT repair", func() bool {
-				t, err := tb.client.RefreshTLT(ctx)
-				return err == nil && t.Version > t0.Version
-			})
-			b.StartTimer()
-			start := time.Now()
-			tb.waitInSync(b, 5*time.Minute)
-			elapsed += time.Since(start)
-			b.StopTimer()
-			copied += tb.recoveredBytes() - before
-			// Bring node 5 back for the next round (it gets its rows back).
-			if err := tb.c.StartNode(ctx, 5); err != nil {
-				b.Fatal(err)
-			}
-			if err := tb.c.WaitHealthy(ctx); err != nil {
-				b.Fatal(err)
-			}
-			tb.waitFor(b, "node 5 to be given rows again", func() bool {
-				t, err := tb.client.RefreshTLT(ctx)
-				return err == nil && t.Appearances()[tract.ServerID{Node: 5}] > 0
-			})
-			tb.waitInSync(b, 5*time.Minute)
-			b.StartTimer()
-		}
+		copied, elapsed := tb.recoveries(b, 5)
 		bw := float64(copied) / elapsed.Seconds()
 		b.ReportMetric(bw/1e6, "MB/s")
 		b.ReportMetric(float64(copied)/float64(b.N)/1e6, "MB_copied/op")

@@ -60,10 +60,17 @@ type harness struct {
 
 func startCluster(t *testing.T, nodes int) *harness {
 	t.Helper()
+	return startClusterWith(t, devcluster.Options{Nodes: nodes, ServerArgs: serverArgs, Env: []string{clusterTractEnv()}})
+}
+
+// startClusterWith starts a dev cluster, connects a tract client and waits
+// until every row is in sync.
+func startClusterWith(t *testing.T, opts devcluster.Options) *harness {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("cluster test: starts real processes")
 	}
-	c := devclustertest.Start(t, devcluster.Options{Nodes: nodes, ServerArgs: serverArgs, Env: []string{clusterTractEnv()}})
+	c := devclustertest.Start(t, opts)
 	h := &harness{t: t, c: c, bin: devclustertest.Binary(t)}
 	var err error
 	h.dir, err = directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)

@@ -9,36 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
-	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
-	"github.com/arbor-storage/arbor/internal/directory"
-	"github.com/arbor-storage/arbor/internal/tract"
 )
 
 // startECCluster starts a dev cluster whose TLT rows have 7 slots (room
 // for ec:5+2 stripes) and 5 directory voters (any 2 nodes may die).
 func startECCluster(t *testing.T, nodes int) *harness {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("cluster test: starts real processes")
-	}
-	c := devclustertest.Start(t, devcluster.Options{Nodes: nodes, DirectoryVoters: 5, ServerArgs: serverArgs,
+	return startClusterWith(t, devcluster.Options{Nodes: nodes, DirectoryVoters: 5, ServerArgs: serverArgs,
 		Env: []string{clusterTractEnv() + ",replication=7"}})
-	h := &harness{t: t, c: c, bin: devclustertest.Binary(t)}
-	var err error
-	h.dir, err = directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.dir.Close() })
-	h.client, err = tract.NewClient(tract.ClientConfig{Directory: h.dir, DialOptions: client.DialOptions(c.ClusterID())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.client.Close() })
-	h.waitInSync(startupWait)
-	return h
 }
 
 // putEC stores a file as an ec:5+2 blob with the CLI and checks its stat.

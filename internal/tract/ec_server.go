@@ -143,20 +143,7 @@ func (d *disk) readShard(ctx context.Context, req *tpb.ReadShardRequest) (*tpb.R
 	if !ok || m.Shard == nil || (req.Incarnation != 0 && m.Incarnation != req.Incarnation) {
 		return &tpb.ReadTractResponse{}, nil
 	}
-	if req.MetaOnly {
-		return &tpb.ReadTractResponse{Found: true, Meta: m}, nil
-	}
-	data, err := d.store.ReadData(k, m)
-	if err != nil {
-		if errors.Is(err, ErrCorrupt) {
-			d.corrupt(k, err)
-			return nil, errorf(tpb.ErrorCode_CORRUPT, "%v; the stripe's other shards rebuild it", err)
-		}
-		return nil, err
-	}
-	d.svc.m.tractsRead.Add(1)
-	d.svc.m.bytesRead.Add(uint64(len(data)))
-	return &tpb.ReadTractResponse{Found: true, Data: data, Meta: m}, nil
+	return d.serveRead(k, m, req.MetaOnly, "the stripe's other shards rebuild it")
 }
 
 // WriteShard implements tractpb.TractServerServer.

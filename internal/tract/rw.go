@@ -193,17 +193,24 @@ func (d *disk) readTract(ctx context.Context, req *tpb.ReadTractRequest) (*tpb.R
 		return nil, errorf(tpb.ErrorCode_NOT_READABLE, "tractserver %s is catching up row %d", d.id, ri)
 	}
 	m, ok := d.store.Get(k)
-	if !ok || (req.Incarnation != 0 && m.Incarnation != req.Incarnation) {
+	if !ok || m.Shard != nil || (req.Incarnation != 0 && m.Incarnation != req.Incarnation) {
 		return &tpb.ReadTractResponse{}, nil
 	}
-	if req.MetaOnly {
+	return d.serveRead(k, m, req.MetaOnly, "read another replica")
+}
+
+// serveRead answers a read of a stored tract (or shard): its record, and
+// its data unless metaOnly. A checksum failure is never served: it starts
+// a repair and answers CORRUPT, with hint saying where to read instead.
+func (d *disk) serveRead(k tractKey, m *tpb.TractMeta, metaOnly bool, hint string) (*tpb.ReadTractResponse, error) {
+	if metaOnly {
 		return &tpb.ReadTractResponse{Found: true, Meta: m}, nil
 	}
 	data, err := d.store.ReadData(k, m)
 	if err != nil {
 		if errors.Is(err, ErrCorrupt) {
 			d.corrupt(k, err)
-			return nil, errorf(tpb.ErrorCode_CORRUPT, "%v; read another replica", err)
+			return nil, errorf(tpb.ErrorCode_CORRUPT, "%v; %s", err, hint)
 		}
 		return nil, err
 	}
