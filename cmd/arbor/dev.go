@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -156,6 +157,11 @@ func printDevCluster(a *app, c *devcluster.Cluster) {
 	fmt.Fprintf(w, "clients: --dir %s, or --cluster %s, or export %s=%s\n", c.Dir(), addrs, clusterEnv, addrs)
 	if len(nodes) > 0 {
 		fmt.Fprintf(w, "dashboard: http://%s/ui/ (every node serves it on its http address)\n", nodes[0].HTTPAddr)
+	}
+	if nfs := c.NFSAddrs(); len(nfs) > 0 {
+		host, port, _ := strings.Cut(nfs[0], ":")
+		fmt.Fprintf(w, "nfs: %d gateways, listed in %s; e.g. nfs-ls 'nfs://%s/default?nfsport=%s&mountport=%s'\n",
+			len(nfs), filepath.Join(c.Dir(), devcluster.NFSFileName), host, port, port)
 	}
 	fmt.Fprintf(w, "running until SIGINT (Ctrl-C) or SIGTERM; started %s\n", time.Now().Format(time.TimeOnly))
 }

@@ -28,7 +28,7 @@ func fetchClusterView(ctx context.Context, target clusterTarget) (ClusterView, e
 
 // viewOf is the part of an overview that status and nodes print.
 func viewOf(o overview.Overview) ClusterView {
-	v := ClusterView{Leader: o.Directory.Leader, Voters: o.Directory.Voters, Degraded: o.Degraded}
+	v := ClusterView{Leader: o.Directory.Leader, Voters: o.Directory.Voters, Degraded: o.Degraded, Gateways: o.Gateways}
 	for _, n := range o.Nodes {
 		v.Nodes = append(v.Nodes, NodeView{ID: n.ID, Address: n.Address, Domain: n.Domain, State: NodeState(n.State), Roles: n.Roles})
 	}

@@ -55,6 +55,11 @@ with --portmap; others are told the port, e.g. with libnfs:
 			if err != nil {
 				return err
 			}
+			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := nfs.Register(rctx, c.Directory(), nfs.Registration{Addr: srv.Addr(), StartedUnixMs: time.Now().UnixMilli()}); err != nil {
+				a.logger.Warn("arbor status will not list this gateway", "err", err)
+			}
+			rcancel()
 			fmt.Fprintf(a.stdout, "serving NFSv3 on %s; running until SIGINT or SIGTERM\n", srv.Addr())
 			var serr error
 			select {
@@ -63,6 +68,9 @@ with --portmap; others are told the port, e.g. with libnfs:
 			}
 			cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 			defer ccancel()
+			if err := nfs.Deregister(cctx, c.Directory(), srv.Addr()); err != nil {
+				a.logger.Warn("leaving the gateway's entry in the directory", "err", err)
+			}
 			if err := srv.Close(cctx); err != nil {
 				fmt.Fprintf(a.stderr, "arbor gateway nfs: closing: %v\n", err)
 			}

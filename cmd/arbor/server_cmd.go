@@ -27,6 +27,7 @@ type serverFlags struct {
 	listen         string
 	advertise      string
 	http           string
+	nfsListen      string
 	domain         string
 	disks          string
 	roles          string
@@ -78,7 +79,8 @@ switch (--faults) defaults to $` + faultsEnv + `.`,
 	fl.StringVar(&f.http, "http", "127.0.0.1:7081", "HTTP address for /metrics, /healthz and /debug/pprof")
 	fl.StringVar(&f.domain, "domain", "", "failure domain (host, rack): no two replicas share one (default: host name)")
 	fl.StringVar(&f.disks, "disks", "", "comma-separated directories whose space the storage role serves (default --data-dir)")
-	fl.StringVar(&f.roles, "roles", string(server.RoleStorage)+","+string(server.RoleMeta), "comma-separated roles: directory, storage, meta")
+	fl.StringVar(&f.roles, "roles", string(server.RoleStorage)+","+string(server.RoleMeta), "comma-separated roles: directory, storage, meta, gateway")
+	fl.StringVar(&f.nfsListen, "nfs-listen", "127.0.0.1:2049", "address the gateway role serves NFSv3 and MOUNT on (host:port)")
 	fl.StringVar(&f.directoryPeers, "directory-peers", "", "the directory group: id=host:port,...")
 	fl.StringVar(&f.tract, "tract", "", "tract store settings, e.g. tract-size=4MiB,replication=3 (default $"+tractEnv+"); the tract size is fixed when the cluster is created")
 	fl.StringVar(&f.faults, "faults", "", "fault injection, e.g. fail=0.01,delay=0.05:1ms-20ms,dup=0.01,methods=REGEX,seed=N (default $"+faultsEnv+")")
@@ -129,6 +131,7 @@ func (f *serverFlags) config(a *app) (server.Config, error) {
 		ListenAddr:     f.listen,
 		AdvertiseAddr:  f.advertise,
 		HTTPAddr:       f.http,
+		NFSAddr:        f.nfsListen,
 		FailureDomain:  f.domain,
 		Disks:          disks,
 		Roles:          roles,

@@ -42,6 +42,8 @@ type ClusterView struct {
 	// Degraded lists what needs attention, and parts of the cluster that
 	// could not be read (internal/overview); only `arbor status` prints it.
 	Degraded []overview.Problem `json:"degraded"`
+	// Gateways are the cluster's NFS gateways and whether each answers.
+	Gateways []overview.Gateway `json:"gateways"`
 }
 
 // NodeView is one node as the directory knows it.
@@ -56,7 +58,12 @@ type NodeView struct {
 // sorted returns a copy of v with voters and nodes in id order and nil
 // lists made empty (JSON prints [] rather than null).
 func (v ClusterView) sorted() ClusterView {
-	out := ClusterView{Leader: v.Leader, Voters: slices.Clone(v.Voters), Nodes: slices.Clone(v.Nodes), Degraded: slices.Clone(v.Degraded)}
+	out := ClusterView{Leader: v.Leader, Voters: slices.Clone(v.Voters), Nodes: slices.Clone(v.Nodes), Degraded: slices.Clone(v.Degraded),
+		Gateways: slices.Clone(v.Gateways)}
+	if out.Gateways == nil {
+		out.Gateways = []overview.Gateway{}
+	}
+	slices.SortFunc(out.Gateways, func(a, b overview.Gateway) int { return cmp.Compare(a.Address, b.Address) })
 	if out.Voters == nil {
 		out.Voters = []uint64{}
 	}
@@ -137,7 +144,19 @@ func writeStatus(w io.Writer, v ClusterView) error {
 	if _, err := fmt.Fprintln(w); err != nil {
 		return err
 	}
-	return writeNodeTable(w, v)
+	if err := writeNodeTable(w, v); err != nil {
+		return err
+	}
+	if len(v.Gateways) > 0 {
+		var gs []string
+		for _, g := range v.Gateways {
+			gs = append(gs, g.Address+" "+g.State)
+		}
+		if _, err := fmt.Fprintf(w, "\nnfs gateways: %s\n", strings.Join(gs, ", ")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeDegraded prints "degraded: none", or "degraded:" and one problem a

@@ -50,6 +50,10 @@ var fiveNodes = ClusterView{
 		{Kind: overview.KindNodeSuspect, Subject: "node 4", Message: "suspect since 2026-11-26T07:00:01Z (127.0.0.1:40007): its heartbeats are late"},
 		{Kind: overview.KindSectionUnavailable, Subject: "tlt", Message: "could not be read: context deadline exceeded"},
 	},
+	Gateways: []overview.Gateway{
+		{Address: "10.0.0.2:2049", Node: 2, State: overview.GatewayDown, Error: "connection refused"},
+		{Address: "10.0.0.1:2049", Node: 1, State: overview.GatewayUp},
+	},
 }
 
 // noLeader is a cluster whose directory has no leader and knows no nodes;
@@ -110,6 +114,12 @@ func TestStatusJSONContract(t *testing.T) {
 			Subject string `json:"subject"`
 			Message string `json:"message"`
 		} `json:"degraded"`
+		Gateways []struct {
+			Address string `json:"address"`
+			Node    uint64 `json:"node"`
+			State   string `json:"state"`
+			Error   string `json:"error"`
+		} `json:"gateways"`
 	}
 	dec := json.NewDecoder(&buf)
 	dec.DisallowUnknownFields()
@@ -121,6 +131,9 @@ func TestStatusJSONContract(t *testing.T) {
 	}
 	if len(got.Degraded) != 3 || got.Degraded[0].Kind != "node_dead" || got.Degraded[0].Subject != "node 3" {
 		t.Fatalf("degraded = %+v", got.Degraded)
+	}
+	if len(got.Gateways) != 2 || got.Gateways[0].Address != "10.0.0.1:2049" || got.Gateways[1].State != "down" {
+		t.Fatalf("gateways = %+v", got.Gateways)
 	}
 	states := map[string]bool{"alive": true, "suspect": true, "dead": true, "decommissioned": true}
 	for i, n := range got.Nodes {

@@ -78,6 +78,8 @@ type Node struct {
 	Addr, HTTPAddr string
 	Domain         string
 	Roles          []string
+	// NFSAddr is where its NFS gateway serves (role gateway).
+	NFSAddr string
 	// Dir is the node's data dir; LogPath its log file.
 	Dir, LogPath string
 	// PID is the server's process id while it runs (0 otherwise).
@@ -246,14 +248,23 @@ func (c *Cluster) loadOrCreateLayout() (*layout, error) {
 			missing++
 		}
 	}
-	if missing > 0 {
-		addrs, err := freeAddrs(2 * missing)
+	var missingNFS int
+	for _, n := range l.Nodes {
+		if n.isGateway() && n.NFSAddr == "" {
+			missingNFS++
+		}
+	}
+	if missing+missingNFS > 0 {
+		addrs, err := freeAddrs(2*missing + missingNFS)
 		if err != nil {
 			return nil, err
 		}
 		for i := range l.Nodes {
 			if l.Nodes[i].Addr == "" {
 				l.Nodes[i].Addr, l.Nodes[i].HTTPAddr, addrs = addrs[0], addrs[1], addrs[2:]
+			}
+			if l.Nodes[i].isGateway() && l.Nodes[i].NFSAddr == "" {
+				l.Nodes[i].NFSAddr, addrs = addrs[0], addrs[1:]
 			}
 		}
 	}
@@ -301,7 +312,7 @@ func (c *Cluster) Node(id uint64) (Node, bool) {
 
 func (c *Cluster) nodeLocked(n nodeLayout) Node {
 	node := Node{
-		ID: n.ID, Addr: n.Addr, HTTPAddr: n.HTTPAddr, Domain: n.Domain, Roles: slices.Clone(n.Roles),
+		ID: n.ID, Addr: n.Addr, HTTPAddr: n.HTTPAddr, Domain: n.Domain, Roles: slices.Clone(n.Roles), NFSAddr: n.NFSAddr,
 		Dir: c.nodeDir(n.ID), LogPath: filepath.Join(c.nodeDir(n.ID), LogFileName),
 	}
 	if p := c.procs[n.ID]; p != nil && !p.exited() {
@@ -383,6 +394,15 @@ func (c *Cluster) reassignTakenPorts(ids []uint64) error {
 	changed := false
 	for _, id := range ids {
 		n, _ := c.layout.node(id)
+		if n.isGateway() && n.NFSAddr != "" && !addrFree(n.NFSAddr) {
+			nfsAddr, err := freeAddrs(1)
+			if err != nil {
+				return err
+			}
+			c.logger.Warn("saved NFS port is taken; using a new one", "node", id, "old", n.NFSAddr, "new", nfsAddr[0])
+			n.NFSAddr = nfsAddr[0]
+			changed = true
+		}
 		if addrFree(n.Addr) && addrFree(n.HTTPAddr) {
 			continue
 		}
@@ -417,6 +437,9 @@ func (c *Cluster) serverArgs(n nodeLayout) []string {
 		"--domain=" + n.Domain,
 		"--roles=" + strings.Join(n.Roles, ","),
 		"--directory-peers=" + c.layout.directoryPeers(),
+	}
+	if n.isGateway() {
+		args = append(args, "--nfs-listen="+n.NFSAddr)
 	}
 	return append(args, c.opts.ServerArgs...)
 }
@@ -560,7 +583,27 @@ func (c *Cluster) writeClusterFile() error {
 	if err := writeFileAtomic(filepath.Join(c.dir, ClusterFileName), []byte(strings.Join(addrs, ",")+"\n")); err != nil {
 		return fmt.Errorf("devcluster: write cluster file: %w", err)
 	}
+	var nfs strings.Builder
+	for _, a := range c.NFSAddrs() {
+		nfs.WriteString(a + "\n")
+	}
+	if err := writeFileAtomic(filepath.Join(c.dir, NFSFileName), []byte(nfs.String())); err != nil {
+		return fmt.Errorf("devcluster: write nfs file: %w", err)
+	}
 	return nil
+}
+
+// NFSAddrs returns the addresses of the nodes' NFS gateways, by node id.
+func (c *Cluster) NFSAddrs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, n := range c.layout.Nodes {
+		if n.isGateway() && n.NFSAddr != "" {
+			out = append(out, n.NFSAddr)
+		}
+	}
+	return out
 }
 
 // StartNode starts node id (stopped or killed before). It does not wait

@@ -94,8 +94,8 @@ func TestClusterLifeCycle(t *testing.T) {
 		if n.ID != uint64(i+1) || n.Dir != filepath.Join(dir, strconv.Itoa(i+1)) {
 			t.Fatalf("node %d: %+v", i+1, n)
 		}
-		if !slices.Equal(n.Roles, []string{"directory", "storage", "meta"}) {
-			t.Fatalf("node %d roles = %v, want all three as directory voters", n.ID, n.Roles)
+		if !slices.Equal(n.Roles, []string{"directory", "storage", "meta", "gateway"}) || n.NFSAddr == "" {
+			t.Fatalf("node %d roles = %v (NFS at %q), want all four as directory voters", n.ID, n.Roles, n.NFSAddr)
 		}
 		checkRunning(t, n)
 		for _, a := range []string{n.Addr, n.HTTPAddr} {
@@ -250,7 +250,7 @@ func TestLayoutChanges(t *testing.T) {
 	}
 	defer c.Close()
 	nodes := c.Nodes()
-	if len(nodes) != 4 || !slices.Equal(nodes[3].Roles, []string{"storage", "meta"}) || nodes[3].Addr == "" {
+	if len(nodes) != 4 || !slices.Equal(nodes[3].Roles, []string{"storage", "meta", "gateway"}) || nodes[3].Addr == "" {
 		t.Fatalf("grown cluster = %+v", nodes)
 	}
 	for i := range first {

@@ -10,6 +10,7 @@
 //	DIR/dev.json       the cluster's layout: cluster id, node ids, ports, roles
 //	DIR/dev.lock       flocked while a Cluster (arbor dev or a test) owns DIR
 //	DIR/cluster        the directory voters' addresses, "host:port,host:port,..."
+//	DIR/nfs            the nodes' NFS gateways, one host:port a line
 //	DIR/<id>/          node <id>'s data dir: arbor.pid, arbor.log, db/, ...
 //
 // Invariants:

@@ -37,7 +37,11 @@ const (
 	roleDirectory = "directory"
 	roleStorage   = "storage"
 	roleMeta      = "meta"
+	roleGateway   = "gateway"
 )
+
+// NFSFileName lists the cluster's NFS gateways, one host:port a line.
+const NFSFileName = "nfs"
 
 // layout is the persisted description of a dev cluster (DIR/dev.json).
 type layout struct {
@@ -52,7 +56,11 @@ type nodeLayout struct {
 	HTTPAddr string   `json:"http_addr"`
 	Domain   string   `json:"domain"`
 	Roles    []string `json:"roles"`
+	// NFSAddr is where the node's gateway serves NFS (role gateway).
+	NFSAddr string `json:"nfs_addr,omitempty"`
 }
+
+func (n nodeLayout) isGateway() bool { return slices.Contains(n.Roles, roleGateway) }
 
 func (n nodeLayout) isVoter() bool {
 	for _, r := range n.Roles {
@@ -100,9 +108,9 @@ func newClusterID() (string, error) {
 }
 
 func newNodeLayout(id uint64, voter bool) nodeLayout {
-	roles := []string{roleStorage, roleMeta}
+	roles := []string{roleStorage, roleMeta, roleGateway}
 	if voter {
-		roles = []string{roleDirectory, roleStorage, roleMeta}
+		roles = []string{roleDirectory, roleStorage, roleMeta, roleGateway}
 	}
 	return nodeLayout{ID: id, Domain: fmt.Sprintf("dev-%d", id), Roles: roles}
 }
@@ -129,6 +137,11 @@ func loadLayout(dir string) (l *layout, ok bool, err error) {
 		if !slices.Contains(l.Nodes[i].Roles, roleMeta) {
 			l.Nodes[i].Roles = append(l.Nodes[i].Roles, roleMeta)
 		}
+		// And before gateways existed: one on every node too (its port is
+		// chosen with the others' that are missing).
+		if !l.Nodes[i].isGateway() {
+			l.Nodes[i].Roles = append(l.Nodes[i].Roles, roleGateway)
+		}
 	}
 	return l, true, nil
 }
@@ -147,7 +160,11 @@ func (l *layout) validate() error {
 		if n.ID != uint64(i+1) {
 			return fmt.Errorf("node %d at position %d: ids must be 1..N in order", n.ID, i+1)
 		}
-		for _, a := range []string{n.Addr, n.HTTPAddr} {
+		addrs := []string{n.Addr, n.HTTPAddr}
+		if n.isGateway() && n.NFSAddr != "" {
+			addrs = append(addrs, n.NFSAddr)
+		}
+		for _, a := range addrs {
 			if _, _, err := net.SplitHostPort(a); err != nil {
 				return fmt.Errorf("node %d: bad address %q", n.ID, a)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/extent"
+	"github.com/arbor-storage/arbor/internal/gateway/nfs"
 )
 
 // DefaultSectionTimeout bounds each section of a Gather; sections run in
@@ -134,6 +135,9 @@ func (g *Gatherer) Gather(ctx context.Context) (Overview, error) {
 	section(func(ctx context.Context) {
 		o.FileSystems = gatherFileSystems(ctx, dir)
 	})
+	section(func(ctx context.Context) {
+		o.Gateways, o.GatewaysError = gatherGateways(ctx, dir)
+	})
 	wg.Wait()
 	mergeStats(&o, stats)
 	o.normalize()
@@ -217,6 +221,34 @@ func gatherFileSystems(ctx context.Context, dir *directory.Client) FileSystemSec
 	return s
 }
 
+// gatewayProbeTimeout bounds the NFS NULL call that tells whether a
+// gateway is up.
+const gatewayProbeTimeout = 2 * time.Second
+
+// gatherGateways lists the gateways the directory knows and probes each.
+func gatherGateways(ctx context.Context, dir *directory.Client) ([]Gateway, string) {
+	regs, err := nfs.Registered(ctx, dir)
+	if err != nil {
+		return nil, err.Error()
+	}
+	out := make([]Gateway, len(regs))
+	var wg sync.WaitGroup
+	for i, r := range regs {
+		out[i] = Gateway{Address: r.Addr, Node: r.Node, State: GatewayUp}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, gatewayProbeTimeout)
+			defer cancel()
+			if err := nfs.Probe(pctx, r.Addr); err != nil {
+				out[i].State, out[i].Error = GatewayDown, err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+	return out, ""
+}
+
 func rfc3339(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
 
 // mergeStats adds the nodes' reported figures and sums the capacity.
@@ -283,5 +315,8 @@ func (o *Overview) normalize() {
 	}
 	if o.Degraded == nil {
 		o.Degraded = []Problem{}
+	}
+	if o.Gateways == nil {
+		o.Gateways = []Gateway{}
 	}
 }

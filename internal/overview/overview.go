@@ -72,6 +72,10 @@ type Overview struct {
 	Tables      TableSection      `json:"tables"`
 	FileSystems FileSystemSection `json:"file_systems"`
 	Recovery    Recovery          `json:"recovery"`
+	// Gateways are the NFS gateways announced in the directory, each
+	// probed (GatewaysError: they could not be listed).
+	Gateways      []Gateway `json:"gateways"`
+	GatewaysError string    `json:"gateways_error,omitempty"`
 	// Degraded lists what needs attention; empty when all is well.
 	Degraded []Problem `json:"degraded"`
 }
@@ -92,6 +96,23 @@ type Directory struct {
 	Stale bool   `json:"stale"`
 	Error string `json:"error,omitempty"`
 }
+
+// Gateway is one NFS gateway (internal/gateway/nfs): where it serves,
+// the node running it (0: a standalone arbor gateway nfs), and whether it
+// answered an NFS NULL call just now (State "up" or "down", with the
+// error).
+type Gateway struct {
+	Address string `json:"address"`
+	Node    uint64 `json:"node,omitempty"`
+	State   string `json:"state"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Gateway states.
+const (
+	GatewayUp   = "up"
+	GatewayDown = "down"
+)
 
 // Node states as the directory's failure detector names them.
 const (

@@ -28,10 +28,13 @@ const (
 	// RoleMeta: the node runs a metadata server (DESIGN §2.6): it serves
 	// the file-system tables the directory delegates to it.
 	RoleMeta Role = "meta"
+	// RoleGateway: the node runs a stateless NFSv3 gateway (DESIGN §2.7,
+	// internal/gateway/nfs) on Config.NFSAddr.
+	RoleGateway Role = "gateway"
 )
 
 // knownRoles are the roles a node can run today, in canonical order.
-var knownRoles = []Role{RoleDirectory, RoleStorage, RoleMeta}
+var knownRoles = []Role{RoleDirectory, RoleStorage, RoleMeta, RoleGateway}
 
 // Peer is one member of the directory group.
 type Peer struct {
@@ -113,6 +116,9 @@ type Config struct {
 	// HTTPAddr is the host:port of the HTTP server (/metrics, /healthz,
 	// /debug/pprof).
 	HTTPAddr string
+	// NFSAddr is the host:port the gateway role serves NFSv3 and MOUNT
+	// on (port 0 picks one).
+	NFSAddr string
 	// FailureDomain groups nodes that can fail together (a host, a rack):
 	// no two replicas of anything are placed in one domain. Default: the
 	// host name.
@@ -246,6 +252,11 @@ func (c Config) validate() error {
 	}
 	if err := checkHostPort(c.HTTPAddr, false); err != nil {
 		bad("http address (--http): %v", err)
+	}
+	if c.HasRole(RoleGateway) {
+		if err := checkHostPort(c.NFSAddr, false); err != nil {
+			bad("nfs address (--nfs-listen): %v", err)
+		}
 	}
 	if len(c.FailureDomain) > maxFailureDomainBytes || !identifierPattern.MatchString(c.FailureDomain) {
 		bad("failure domain (--domain) %q must be 1 to %d letters, digits, '.', '_' or '-'", c.FailureDomain, maxFailureDomainBytes)

@@ -151,7 +151,7 @@ func TestParseRoles(t *testing.T) {
 	if err != nil || len(roles) != 2 || roles[0] != RoleStorage || roles[1] != RoleDirectory {
 		t.Fatalf("ParseRoles = %v, %v", roles, err)
 	}
-	for _, bad := range []string{"storage,storage", "gateway"} {
+	for _, bad := range []string{"storage,storage", "nfs"} {
 		if r, err := ParseRoles(bad); err == nil {
 			t.Errorf("ParseRoles(%q) = %v, want error", bad, r)
 		}

@@ -28,7 +28,8 @@ import (
 //     directory and heartbeats (agentModule);
 //  4. the tract store (tractModule) and, on metadata nodes, the metadata
 //     server (metaModule);
-//  5. the web dashboard at /ui/, on every node (uiModule).
+//  5. the NFSv3 gateway, on gateway nodes (gatewayModule);
+//  6. the web dashboard at /ui/, on every node (uiModule).
 //
 // A later module may use an earlier one: they are constructed here and the
 // earlier module (whose Init has run by the time a later Init runs) is
@@ -49,6 +50,9 @@ func Modules(cfg Config) []Module {
 	modules = append(modules, newTractModule(cfg, engine, modules))
 	if cfg.HasRole(RoleMeta) {
 		modules = append(modules, newMetaModule(modules))
+	}
+	if cfg.HasRole(RoleGateway) {
+		modules = append(modules, newGatewayModule())
 	}
 	modules = append(modules, newUIModule())
 	return modules

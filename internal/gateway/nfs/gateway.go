@@ -220,6 +220,9 @@ func (g *Gateway) Programs() []sunrpc.Program {
 	}
 }
 
+// Logger returns the gateway's logger.
+func (g *Gateway) Logger() *slog.Logger { return g.log }
+
 // Window returns the gateway's congestion window.
 func (g *Gateway) Window() *Window { return g.window }
 
@@ -477,4 +480,18 @@ func (c Cred) mayDelete(dir, victim *fs.Attr) error {
 		return nil
 	}
 	return fmt.Errorf("sticky directory %v: uid %d owns neither it nor the entry: %w", dir.Handle, c.Uid, syscall.EPERM)
+}
+
+// setAttr changes h's attributes durably before it returns, as an NFS
+// reply promises: the client library holds changes to a file it has open
+// until its next flush, so the change is flushed at once.
+func (s *session) setAttr(ctx context.Context, h fs.Handle, in fs.SetAttrIn) (fs.Attr, error) {
+	a, err := s.fsys.SetAttr(ctx, h, in)
+	if err != nil || a.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return a, err
+	}
+	if err := s.fsys.Fsync(ctx, h); err != nil {
+		return a, err
+	}
+	return a, nil
 }

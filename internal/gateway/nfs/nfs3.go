@@ -192,7 +192,7 @@ func (g *Gateway) setAttr(ctx context.Context, q *request) Status {
 	after := before
 	if in.Valid != 0 {
 		var err error
-		if after, err = s.fsys.SetAttr(ctx, h, in); err != nil {
+		if after, err = s.setAttr(ctx, h, in); err != nil {
 			return q.failObj(err)
 		}
 	}
@@ -476,7 +476,7 @@ func (g *Gateway) setRest(ctx context.Context, q *request, s *session, a *fs.Att
 	if err := q.cred.maySetAttr(a, &in); err != nil {
 		return *a, err
 	}
-	return s.fsys.SetAttr(ctx, a.Handle, in)
+	return s.setAttr(ctx, a.Handle, in)
 }
 
 func modeOr(in fs.SetAttrIn, def uint32) uint32 {
@@ -522,7 +522,7 @@ func (g *Gateway) create(ctx context.Context, q *request) Status {
 			// retransmitted create finds it there; the client sets the
 			// real attributes next.
 			at, mt := exclusiveTimes(verf)
-			a, err = s.fsys.SetAttr(ctx, a.Handle, fs.SetAttrIn{Valid: fs.SetAtime | fs.SetMtime, Atime: at, Mtime: mt})
+			a, err = s.setAttr(ctx, a.Handle, fs.SetAttrIn{Valid: fs.SetAtime | fs.SetMtime, Atime: at, Mtime: mt})
 		default:
 			a, err = g.setRest(ctx, q, s, &a, sa.in)
 		}
@@ -555,7 +555,7 @@ func (g *Gateway) create(ctx context.Context, q *request) Status {
 				return q.fail(err)
 			}
 		}
-		if a, err = s.fsys.SetAttr(ctx, a.Handle, fs.SetAttrIn{Valid: fs.SetSize, Size: sa.in.Size}); err != nil {
+		if a, err = s.setAttr(ctx, a.Handle, fs.SetAttrIn{Valid: fs.SetSize, Size: sa.in.Size}); err != nil {
 			return q.fail(err)
 		}
 	}

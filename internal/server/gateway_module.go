@@ -1,0 +1,93 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/client"
+	"github.com/arbor-storage/arbor/internal/gateway/nfs"
+)
+
+// gatewayModule runs the node's NFSv3 gateway (DESIGN.md §2.7; FSS §8):
+// a client of the cluster like any mount, serving on Config.NFSAddr, and
+// announced in the directory (nfs.Register) for arbor status. It keeps no
+// state of its own.
+type gatewayModule struct {
+	cluster *client.Cluster
+	srv     *nfs.Server
+	addr    string
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func newGatewayModule() *gatewayModule { return &gatewayModule{} }
+
+func (m *gatewayModule) Name() string { return "gateway" }
+
+func (m *gatewayModule) Init(_ context.Context, env *Env) error {
+	var addrs []string
+	for _, p := range env.Config.DirectoryPeers {
+		addrs = append(addrs, p.Addr)
+	}
+	c, err := client.Dial(client.Options{Addrs: addrs, DialOptions: env.Dialer.DialOptions(), Logger: env.Logger, DurableMetadata: true})
+	if err != nil {
+		return err
+	}
+	srv, err := nfs.Start(nfs.Config{Backend: nfs.ClusterBackend{Cluster: c}, Logger: env.Logger.With("module", "gateway")}, env.Config.NFSAddr, false)
+	if err != nil {
+		c.Close()
+		return err
+	}
+	m.cluster, m.srv = c, srv
+	m.addr = srv.Addr()
+	if host, port, err := net.SplitHostPort(m.addr); err == nil && net.ParseIP(host).IsUnspecified() {
+		if ahost, _, err := net.SplitHostPort(env.AdvertiseAddr); err == nil {
+			m.addr = net.JoinHostPort(ahost, port)
+		}
+	}
+	m.stop, m.done = make(chan struct{}), make(chan struct{})
+	reg := nfs.Registration{Addr: m.addr, Node: env.Config.NodeID, StartedUnixMs: time.Now().UnixMilli()}
+	go m.register(env, reg)
+	env.Logger.Info("serving NFSv3", "addr", m.addr)
+	return nil
+}
+
+// register announces the gateway once the directory answers.
+func (m *gatewayModule) register(env *Env, reg nfs.Registration) {
+	defer close(m.done)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := nfs.Register(ctx, m.cluster.Directory(), reg)
+		cancel()
+		if err == nil {
+			return
+		}
+		env.Logger.Debug("registering the gateway", "err", err)
+		select {
+		case <-m.stop:
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (m *gatewayModule) Start(context.Context) error { return nil }
+
+func (m *gatewayModule) Stop(ctx context.Context) error {
+	if m.srv == nil {
+		return nil
+	}
+	close(m.stop)
+	<-m.done
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	derr := nfs.Deregister(dctx, m.cluster.Directory(), m.addr)
+	cancel()
+	if derr != nil {
+		// The directory may be stopping too; a stale entry only makes
+		// status probe an address that does not answer.
+		m.srv.Gateway().Logger().Debug("deregistering the gateway", "err", derr)
+	}
+	return errors.Join(m.srv.Close(ctx), m.cluster.Close())
+}
