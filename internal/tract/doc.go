@@ -175,7 +175,11 @@
 // ec blob reads (degraded) but cannot be written until the server
 // returns. A stripe whose writer died between its shard writes may hold
 // shards of two writes; reads pick the one with D shards or more, and if
-// neither has D, that tract is lost.
+// neither has D, that tract is lost: reads fail (never return wrong data),
+// verify reports it, and a rebuild skips it rather than hold back its
+// row's catch-up. A catch-up lists the shards of every member of the row,
+// so a member that does not answer (a partition) delays it by up to the
+// RPC timeout.
 //
 // Tombstones of deleted blobs are kept (a few hundred bytes each). The
 // scrubber asks each blob's metadata primary once per pass. Writes to a

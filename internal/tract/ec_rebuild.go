@@ -21,6 +21,10 @@ import (
 // its own new member, so all surviving disks read and all new ones write
 // at once.
 
+// errUndecodable says a stripe has fewer than Data shards of any one
+// write among the shards listed.
+var errUndecodable = errors.New("too few shards to decode")
+
 // shardHolder is one member's shard of a stripe, as listed.
 type shardHolder struct {
 	server ServerID
@@ -163,6 +167,7 @@ func (d *disk) rebuildShards(ctx context.Context, r uint32, row Row, slot int) (
 	sort.Slice(keys, func(i, j int) bool { return keys[i].less(keys[j]) })
 	var (
 		rebuilt, size uint64
+		lost          int
 		errs          []error
 	)
 	sem := make(chan struct{}, d.svc.cfg.FetchParallelism)
@@ -179,6 +184,13 @@ func (d *disk) rebuildShards(ctx context.Context, r uint32, row Row, slot int) (
 			defer mu.Unlock()
 			switch {
 			case errors.Is(err, errShardChanged):
+			case errors.Is(err, errUndecodable) && unreachable == 0:
+				// Every member answered: the stripe cannot be decoded
+				// (more than P shards lost, or a writer died between its
+				// shard writes). It is reported, not retried, so that it
+				// does not hold the row's catch-up back.
+				lost++
+				d.log.Error("erasure-coded tract cannot be rebuilt: too few shards of one write survive", "tract", k, "row", r, "err", err)
 			case err != nil:
 				errs = append(errs, fmt.Errorf("tract %s: %w", k, err))
 			case n >= 0:
@@ -194,8 +206,8 @@ func (d *disk) rebuildShards(ctx context.Context, r uint32, row Row, slot int) (
 	if len(errs) > 0 {
 		return rebuilt, size, fmt.Errorf("row %d: %d of %d stripes not rebuilt (%d members unreachable): %w", r, len(errs), len(keys), unreachable, errors.Join(errs[:min(len(errs), 3)]...))
 	}
-	if rebuilt > 0 {
-		d.log.Info("rebuilt shards of erasure-coded tracts", "row", r, "version", row.Version, "slot", slot, "shards", rebuilt, "bytes", size)
+	if rebuilt > 0 || lost > 0 {
+		d.log.Info("rebuilt shards of erasure-coded tracts", "row", r, "version", row.Version, "slot", slot, "shards", rebuilt, "bytes", size, "undecodable", lost)
 	}
 	return rebuilt, size, nil
 }
@@ -227,7 +239,7 @@ func (d *disk) rebuildShard(ctx context.Context, k tractKey, r uint32, row Row, 
 		return -1, nil
 	}
 	if len(m) < e.Data {
-		return -1, fmt.Errorf("%s stripe has %d shards of its newest complete write, needs %d", e, len(m), e.Data)
+		return -1, fmt.Errorf("%w: %s stripe has %d shards of one write, needs %d", errUndecodable, e, len(m), e.Data)
 	}
 	data, desc, err := d.decodeShard(ctx, k, row, e, m, slot)
 	if err != nil {
