@@ -51,7 +51,7 @@ with --portmap; others are told the port, e.g. with libnfs:
 				return err
 			}
 			defer c.Close()
-			srv, err := nfs.Start(nfs.Config{Backend: nfs.ClusterBackend{Cluster: c}, Logger: a.logger}, listen, portmap)
+			srv, err := nfs.Start(nfs.Config{Backend: nfs.ClusterBackend{Cluster: c}, Replies: nfs.KVReplies{Open: c.KV}, Logger: a.logger}, listen, portmap)
 			if err != nil {
 				return err
 			}

@@ -35,7 +35,8 @@ func (m *gatewayModule) Init(_ context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	srv, err := nfs.Start(nfs.Config{Backend: nfs.ClusterBackend{Cluster: c}, Logger: env.Logger.With("module", "gateway")}, env.Config.NFSAddr, false)
+	srv, err := nfs.Start(nfs.Config{Backend: nfs.ClusterBackend{Cluster: c}, Replies: nfs.KVReplies{Open: c.KV},
+		Logger: env.Logger.With("module", "gateway")}, env.Config.NFSAddr, false)
 	if err != nil {
 		c.Close()
 		return err

@@ -307,9 +307,14 @@ func TestGatewayKilledMidCopy(t *testing.T) {
 		t.Logf("nfs-cp through the killed gateway was still retrying it 5 s after the kill: stopped (%v)", <-cpDone)
 	}
 	// nfs-cp does not overwrite (its CREATE is GUARDED): remove what the
-	// first copy left, as a user would, and copy again.
-	if st := DialTest(t, gws[0]).Remove(root, "big.bin"); st != OK && st != ErrNoEnt {
+	// first copy left, as a user would, and copy again. The REMOVE is
+	// retransmitted to another gateway (same xid): the duplicate-request
+	// cache in the KV store answers it, so it is not applied twice (which
+	// would answer NOENT).
+	if st := DialTest(t, gws[0]).RemoveXid(7777, root, "big.bin"); st != OK && st != ErrNoEnt {
 		t.Fatalf("REMOVE of the partial copy: %d", st)
+	} else if st2 := DialTest(t, gws[1]).RemoveXid(7777, root, "big.bin"); st2 != st {
+		t.Fatalf("the REMOVE retransmitted to another gateway answered %d, the first %d", st2, st)
 	}
 	RunTool(t, "nfs-cp", src, LibnfsURL(gws[0], "/default/big.bin"))
 	back = filepath.Join(dir, "back-big") // nfs-cp does not overwrite local files either

@@ -70,16 +70,19 @@
 // never a partial effect (every handler decodes all its arguments before
 // it acts); FuzzCall runs arbitrary arguments through every procedure.
 //
+// # Duplicate requests
+//
+// Calls that are not idempotent go through a duplicate-request cache kept
+// in the cluster's KV store, which every gateway shares (drc.go): a call
+// retransmitted after a reconnect, or to another gateway after the first
+// died, is answered from its recorded reply, or, if its first run was
+// cut short, run in retry mode. Within one gateway the metadata client
+// also retries with request ids the metadata servers apply once.
+//
 // # Not yet
 //
 //   - NLM (byte-range locks): no lock manager is served, so clients must
 //     mount with nolock (libnfs takes no locks). FSS keeps lock state in
 //     the store so locks survive a gateway; doing that needs a lock table
 //     in the metadata service with leases per client, which is not built.
-//   - A duplicate-request cache across gateways: within one gateway the
-//     metadata client retries with the same request ids, which the
-//     metadata servers apply once; a call retried at another gateway
-//     after the first died is run again, so a retried REMOVE may answer
-//     NOENT and a retried exclusive CREATE finds its verifier (and
-//     succeeds) as RFC 1813 expects.
 package nfs

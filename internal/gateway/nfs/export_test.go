@@ -59,3 +59,10 @@ func (c *TestClient) Remove(dir []byte, name string) Status {
 	st, _ := c.c.nfs(ProcRemove, func(w *xdr.Writer) { dirop(w, dir, name) })
 	return st
 }
+
+// RemoveXid is Remove sent with transaction id xid (a retransmission
+// when xid was used before).
+func (c *TestClient) RemoveXid(xid uint32, dir []byte, name string) Status {
+	st, _ := c.c.nfsXid(xid, ProcRemove, func(w *xdr.Writer) { dirop(w, dir, name) })
+	return st
+}

@@ -83,6 +83,9 @@ type Config struct {
 	OpTimeout time.Duration
 	// Window configures the congestion window (zero: defaults).
 	Window WindowConfig
+	// Replies keeps the duplicate-request cache (drc.go): the cluster's
+	// KV store (KVReplies), so every gateway shares it. Nil: no cache.
+	Replies ReplyStore
 }
 
 // Defaults and bounds.
@@ -125,9 +128,20 @@ type Gateway struct {
 	// deleted file system's handles go stale within it.
 	records map[uint64]cachedRecord
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	stats Stats
 }
+
+// Stats counts what the gateway did (fields only grow).
+type Stats struct {
+	// Replayed counts calls answered from the duplicate-request cache;
+	// Retried those run again in retry mode.
+	Replayed, Retried atomic.Int64
+}
+
+// Counters returns the gateway's statistics.
+func (g *Gateway) Counters() *Stats { return &g.stats }
 
 type sessionKey struct{ f, s uint64 }
 
@@ -252,11 +266,20 @@ func (g *Gateway) releaser() {
 	defer g.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	lastSweep := time.Now()
 	for {
 		select {
 		case <-g.stop:
 			return
 		case <-t.C:
+		}
+		if g.cfg.Replies != nil && time.Since(lastSweep) > sweepEvery {
+			lastSweep = time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.OpTimeout)
+			if err := g.cfg.Replies.Sweep(ctx, time.Now().Add(-replyTTL)); err != nil {
+				g.log.Warn("nfs: sweeping the duplicate-request cache", "err", err)
+			}
+			cancel()
 		}
 		g.mu.Lock()
 		ss := make([]*session, 0, len(g.sessions))

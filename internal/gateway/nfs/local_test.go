@@ -92,8 +92,15 @@ func (b *localBackend) Open(_ context.Context, _ FSInfo, snap uint64) (FS, error
 // startLocal runs a gateway over a local backend on a free port.
 func startLocal(t testing.TB) (*localBackend, *Server) {
 	t.Helper()
+	return startLocalWith(t, Config{})
+}
+
+// startLocalWith is startLocal with cfg (its Backend is set here).
+func startLocalWith(t testing.TB, cfg Config) (*localBackend, *Server) {
+	t.Helper()
 	b := newLocalBackend(t)
-	srv, err := Start(Config{Backend: b}, "127.0.0.1:0", false)
+	cfg.Backend = b
+	srv, err := Start(cfg, "127.0.0.1:0", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +173,15 @@ func (c *rpcClient) call(prog, vers, proc uint32, args func(w *xdr.Writer)) (sun
 		c.t.Fatalf("call %d/%d/%d denied", prog, vers, proc)
 	}
 	return rep.Stat, xdr.NewReader(rep.Results)
+}
+
+// nfsXid is nfs with a given transaction id (a retransmission).
+func (c *rpcClient) nfsXid(xid, proc uint32, args func(w *xdr.Writer)) (Status, *xdr.Reader) {
+	c.t.Helper()
+	saved := c.xid
+	c.xid = xid - 1
+	defer func() { c.xid = saved }()
+	return c.nfs(proc, args)
 }
 
 // nfs makes an NFSv3 call that must be accepted and returns its status

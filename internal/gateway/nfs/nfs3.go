@@ -37,6 +37,10 @@ type request struct {
 	// err is the error behind a failure status (logged, and judged for
 	// congestion).
 	err error
+	// retry: the call may have been applied by a gateway that died (the
+	// duplicate-request cache found it started, drc.go): an answer that
+	// means "already done" is success.
+	retry bool
 }
 
 type handler func(g *Gateway, ctx context.Context, q *request) Status
@@ -53,7 +57,7 @@ var nfsHandlers = [...]handler{
 
 // serveNFS serves one NFSv3 call: within the congestion window and
 // OpTimeout.
-func (g *Gateway) serveNFS(ctx context.Context, c *sunrpc.Call, _ sunrpc.ConnInfo, w *xdr.Writer) sunrpc.AcceptStat {
+func (g *Gateway) serveNFS(ctx context.Context, c *sunrpc.Call, conn sunrpc.ConnInfo, w *xdr.Writer) sunrpc.AcceptStat {
 	if c.Proc == ProcNull {
 		return sunrpc.Success
 	}
@@ -70,15 +74,37 @@ func (g *Gateway) serveNFS(ctx context.Context, c *sunrpc.Call, _ sunrpc.ConnInf
 		}
 		return sunrpc.Success
 	}
+	var key []byte
+	if g.cfg.Replies != nil && nonIdempotent[c.Proc] {
+		key = replyKey(c, conn.Remote)
+		reply, retry, err := g.lookUpReply(ctx, key)
+		if err != nil {
+			g.window.Release(true)
+			g.log.Warn("nfs: duplicate-request cache unavailable", "proc", c.Proc, "err", err)
+			w.Uint32(uint32(ErrJukebox))
+			for range failBools[c.Proc] {
+				w.Bool(false)
+			}
+			return sunrpc.Success
+		}
+		if reply != nil {
+			g.window.Release(false)
+			g.stats.Replayed.Add(1)
+			w.Raw(reply)
+			return sunrpc.Success
+		}
+		q.retry = retry
+	}
 	st := nfsHandlers[c.Proc](g, ctx, q)
 	g.window.Release(congests(st, q.err))
-	switch {
-	case st == statusGarbage:
+	if st == statusGarbage {
 		return sunrpc.GarbageArgs
-	case st == OK:
+	}
+	start := w.Len()
+	if st == OK {
 		w.Uint32(uint32(OK))
 		w.Raw(q.w.Bytes())
-	default:
+	} else {
 		if st == ErrIO || st == ErrJukebox || st == ErrServerFault {
 			g.log.Warn("nfs: call failed", "proc", c.Proc, "status", st, "err", q.err)
 		}
@@ -87,7 +113,44 @@ func (g *Gateway) serveNFS(ctx context.Context, c *sunrpc.Call, _ sunrpc.ConnInf
 			w.Bool(false)
 		}
 	}
+	if key != nil && st != ErrJukebox {
+		g.recordReply(ctx, key, w.Bytes()[start:])
+	}
 	return sunrpc.Success
+}
+
+// lookUpReply reads call key's record: the reply to send again (done), or
+// whether the call was started before (retry); else it records that the
+// call starts.
+func (g *Gateway) lookUpReply(ctx context.Context, key []byte) (reply []byte, retry bool, err error) {
+	v, ok, err := g.cfg.Replies.Get(ctx, key)
+	if err != nil {
+		return nil, false, err
+	}
+	if ok {
+		state, _, reply, err := decodeRecord(v)
+		if err == nil && state == replyDone {
+			return reply, false, nil
+		}
+		if err == nil {
+			g.stats.Retried.Add(1)
+			return nil, true, nil
+		}
+		g.log.Warn("nfs: duplicate-request record", "err", err)
+	}
+	return nil, false, g.cfg.Replies.Put(ctx, key, encodeRecord(replyStarted, time.Now(), nil))
+}
+
+// recordReply records a call's reply. Failing to is no error for the
+// call (it was applied): a retry will find the call started.
+func (g *Gateway) recordReply(ctx context.Context, key, reply []byte) {
+	rec := encodeRecord(replyDone, time.Now(), reply)
+	if len(rec) > maxReplyRecordBytes {
+		return
+	}
+	if err := g.cfg.Replies.Put(context.WithoutCancel(ctx), key, rec); err != nil {
+		g.log.Warn("nfs: recording a reply", "err", err)
+	}
 }
 
 // congests reports whether a call's outcome imputes congestion (FSS §8):
@@ -176,7 +239,7 @@ func (g *Gateway) setAttr(ctx context.Context, q *request) Status {
 	if st != OK {
 		return st
 	}
-	if guard != nil && !sameNFSTime(*guard, before.Ctime) {
+	if guard != nil && !sameNFSTime(*guard, before.Ctime) && !q.retry {
 		return ErrNotSync
 	}
 	if err := q.cred.maySetAttr(&before, &sa.in); err != nil {
@@ -531,7 +594,7 @@ func (g *Gateway) create(ctx context.Context, q *request) Status {
 		}
 		return g.created(ctx, q, s, &a, &da)
 	}
-	if fs.Errno(err) != syscall.EEXIST || how == createGuarded {
+	if fs.Errno(err) != syscall.EEXIST || how == createGuarded && !q.retry {
 		return q.fail(err)
 	}
 	a, lerr := s.fsys.Lookup(ctx, da.Handle, name)
@@ -598,7 +661,7 @@ func (g *Gateway) mkdir(ctx context.Context, q *request) Status {
 	}
 	a, err := s.fsys.Mkdir(ctx, da.Handle, name, modeOr(sa.in, 0o755)|syscall.S_IFDIR, q.cred.fs())
 	if err != nil {
-		return q.fail(err)
+		return g.madeBefore(ctx, q, s, &da, name, syscall.S_IFDIR, err)
 	}
 	if a, err = g.setRest(ctx, q, s, &a, sa.in); err != nil {
 		return q.fail(err)
@@ -622,7 +685,7 @@ func (g *Gateway) symlink(ctx context.Context, q *request) Status {
 	}
 	a, err := s.fsys.Symlink(ctx, da.Handle, name, target, q.cred.fs())
 	if err != nil {
-		return q.fail(err)
+		return g.madeBefore(ctx, q, s, &da, name, syscall.S_IFLNK, err)
 	}
 	sa.in.Valid &^= fs.SetMode | fs.SetSize
 	if a, err = g.setRest(ctx, q, s, &a, sa.in); err != nil {
@@ -674,7 +737,7 @@ func (g *Gateway) mknod(ctx context.Context, q *request) Status {
 	}
 	a, err := s.fsys.Mknod(ctx, da.Handle, name, modeOr(sa.in, 0o644)|ifmt, rdev, q.cred.fs())
 	if err != nil {
-		return q.fail(err)
+		return g.madeBefore(ctx, q, s, &da, name, ifmt, err)
 	}
 	sa.in.Valid &^= fs.SetSize
 	if a, err = g.setRest(ctx, q, s, &a, sa.in); err != nil {
@@ -683,8 +746,27 @@ func (g *Gateway) mknod(ctx context.Context, q *request) Status {
 	return g.created(ctx, q, s, &a, &da)
 }
 
+// madeBefore answers a create that failed with err: in retry mode an
+// object of the type the call makes already there is the first
+// attempt's, and is answered.
+func (g *Gateway) madeBefore(ctx context.Context, q *request, s *session, da *fs.Attr, name string, ifmt uint32, err error) Status {
+	if !q.retry || fs.Errno(err) != syscall.EEXIST {
+		return q.fail(err)
+	}
+	a, lerr := s.fsys.Lookup(ctx, da.Handle, name)
+	if lerr != nil || a.Mode&syscall.S_IFMT != ifmt {
+		return q.fail(err)
+	}
+	return g.created(ctx, q, s, &a, da)
+}
+
+// errGone marks a removal whose victim is missing in retry mode: the
+// first attempt removed it.
+var errGone = errors.New("nfs: removed by the first attempt")
+
 // removal resolves directory raw for removing name: the session, the
-// directory's attributes and the victim's.
+// directory's attributes and the victim's. In retry mode a missing
+// victim gives status OK and q.err errGone.
 func (g *Gateway) removal(ctx context.Context, q *request, raw []byte, name string) (*session, fs.Attr, Status) {
 	s, da, st := g.dir(ctx, q, raw)
 	if st != OK {
@@ -697,6 +779,10 @@ func (g *Gateway) removal(ctx context.Context, q *request, raw []byte, name stri
 		return nil, da, ErrInval
 	}
 	victim, err := s.fsys.Lookup(ctx, da.Handle, name)
+	if err != nil && q.retry && fs.Errno(err) == syscall.ENOENT {
+		q.err = errGone
+		return s, da, OK
+	}
 	if err != nil {
 		return nil, da, q.fail(err)
 	}
@@ -715,8 +801,10 @@ func (g *Gateway) remove(ctx context.Context, q *request) Status {
 	if st != OK {
 		return st
 	}
-	if err := s.fsys.Unlink(ctx, da.Handle, name); err != nil {
-		return q.fail(err)
+	if q.err != errGone {
+		if err := s.fsys.Unlink(ctx, da.Handle, name); err != nil {
+			return q.fail(err)
+		}
 	}
 	after, err := s.fsys.GetAttr(ctx, da.Handle)
 	putWcc(q.w, &da, attrOrNil(after, err), s.fsid())
@@ -732,8 +820,10 @@ func (g *Gateway) rmdir(ctx context.Context, q *request) Status {
 	if st != OK {
 		return st
 	}
-	if err := s.fsys.Rmdir(ctx, da.Handle, name); err != nil {
-		return q.fail(err)
+	if q.err != errGone {
+		if err := s.fsys.Rmdir(ctx, da.Handle, name); err != nil {
+			return q.fail(err)
+		}
 	}
 	after, err := s.fsys.GetAttr(ctx, da.Handle)
 	putWcc(q.w, &da, attrOrNil(after, err), s.fsid())
@@ -768,7 +858,12 @@ func (g *Gateway) rename(ctx context.Context, q *request) Status {
 			return q.fail(err)
 		}
 	}
-	if err := s.fsys.Rename(ctx, from.Handle, fromName, to.Handle, toName, 0); err != nil {
+	if q.err == errGone {
+		// Retried, its source gone: done before if the target is there.
+		if _, err := s.fsys.Lookup(ctx, to.Handle, toName); err != nil {
+			return q.fail(err)
+		}
+	} else if err := s.fsys.Rename(ctx, from.Handle, fromName, to.Handle, toName, 0); err != nil {
 		return q.fail(err)
 	}
 	fa, err := s.fsys.GetAttr(ctx, from.Handle)
@@ -799,6 +894,12 @@ func (g *Gateway) link(ctx context.Context, q *request) Status {
 		return q.fail(err)
 	}
 	a, err := s.fsys.Link(ctx, h, da.Handle, name)
+	if err != nil && q.retry && fs.Errno(err) == syscall.EEXIST {
+		// Retried: done before if the name is this object's.
+		if la, lerr := s.fsys.Lookup(ctx, da.Handle, name); lerr == nil && la.Handle == h {
+			a, err = la, nil
+		}
+	}
 	if err != nil {
 		return q.fail(err)
 	}

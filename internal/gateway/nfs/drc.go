@@ -1,0 +1,215 @@
+package nfs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/btree"
+	"github.com/arbor-storage/arbor/internal/gateway/sunrpc"
+)
+
+// The duplicate-request cache (FSS §8: idempotency tokens live in the
+// store, not in a presentation server). NFS over TCP still retransmits:
+// after a reconnect, and to another gateway when the first died. A call
+// that is not idempotent (CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR,
+// RENAME, LINK, SETATTR) is keyed by a digest of (client host, AUTH_SYS
+// machine name and ids, program, version, procedure, xid, arguments) and
+// goes through a record in a ReplyStore shared by every gateway (the
+// cluster's KV store, under ReplyKeyPrefix):
+//
+//  1. A record "done" holds the reply: it is sent again, and the call is
+//     not run.
+//  2. Otherwise a record "started" is written first, then the call runs,
+//     then "done" with its reply replaces it.
+//  3. A call that finds "started" was begun by a gateway that died (or is
+//     still at it): it may or may not have been applied. It runs in retry
+//     mode, where the answer that means "already done" is success: EXIST
+//     for what it creates (the existing object is answered), NOENT for
+//     what it removes, a SETATTR guard that no longer matches. This is
+//     the one place the rule is not exact: an object made or removed by
+//     someone else between the two attempts is taken for the first
+//     attempt's.
+//
+// A store that does not answer fails the call with NFS3ERR_JUKEBOX (the
+// client retries later) rather than running it unprotected. Records older
+// than replyTTL are swept by every gateway: NFS clients give up on a call
+// long before (60 s).
+
+// ReplyStore keeps the duplicate-request cache's records. Values are at
+// most maxReplyRecordBytes.
+type ReplyStore interface {
+	Get(ctx context.Context, key []byte) ([]byte, bool, error)
+	Put(ctx context.Context, key, value []byte) error
+	// Sweep deletes records whose time (the 8 bytes after the state) is
+	// before cutoff.
+	Sweep(ctx context.Context, cutoff time.Time) error
+}
+
+// ReplyKeyPrefix starts every record's key in the KV store.
+const ReplyKeyPrefix = "\x00arbor/nfs/drc/"
+
+// Record states and bounds.
+const (
+	replyStarted = 1
+	replyDone    = 2
+	replyTTL     = 2 * time.Minute
+	// maxReplyRecordBytes keeps a record within one KV value; a larger
+	// reply (none of the procedures here makes one) is not kept.
+	maxReplyRecordBytes = 3 << 10
+	sweepEvery          = 30 * time.Second
+)
+
+// nonIdempotent are the procedures the cache protects.
+var nonIdempotent = [...]bool{
+	ProcSetAttr: true, ProcCreate: true, ProcMkdir: true, ProcSymlink: true, ProcMknod: true,
+	ProcRemove: true, ProcRmdir: true, ProcRename: true, ProcLink: true, ProcCommit: false,
+}
+
+// replyKey is the key of call c from a client at remote.
+func replyKey(c *sunrpc.Call, remote net.Addr) []byte {
+	h := sha256.New()
+	host := ""
+	if remote != nil {
+		host, _, _ = net.SplitHostPort(remote.String())
+	}
+	var b []byte
+	b = binary.BigEndian.AppendUint32(b, uint32(len(host)))
+	b = append(b, host...)
+	if c.Sys != nil {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(c.Sys.MachineName)))
+		b = append(b, c.Sys.MachineName...)
+		b = binary.BigEndian.AppendUint32(b, c.Sys.Uid)
+		b = binary.BigEndian.AppendUint32(b, c.Sys.Gid)
+	}
+	for _, v := range []uint32{c.Prog, c.Vers, c.Proc, c.Xid} {
+		b = binary.BigEndian.AppendUint32(b, v)
+	}
+	h.Write(b)
+	h.Write(c.Args)
+	return h.Sum([]byte(ReplyKeyPrefix))
+}
+
+func encodeRecord(state byte, at time.Time, reply []byte) []byte {
+	b := append([]byte{state}, binary.BigEndian.AppendUint64(nil, uint64(at.UnixMilli()))...)
+	return append(b, reply...)
+}
+
+func decodeRecord(v []byte) (state byte, at time.Time, reply []byte, err error) {
+	if len(v) < 9 || (v[0] != replyStarted && v[0] != replyDone) {
+		return 0, time.Time{}, nil, fmt.Errorf("nfs: duplicate-request record of %d bytes is corrupt", len(v))
+	}
+	return v[0], time.UnixMilli(int64(binary.BigEndian.Uint64(v[1:9]))), v[9:], nil
+}
+
+// MemReplies is a ReplyStore in memory: one gateway's, for tests and a
+// gateway run without the cluster's KV store.
+type MemReplies struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+// NewMemReplies returns an empty store.
+func NewMemReplies() *MemReplies { return &MemReplies{m: map[string][]byte{}} }
+
+// Get implements ReplyStore.
+func (s *MemReplies) Get(_ context.Context, key []byte) ([]byte, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.m[string(key)]
+	return v, ok, nil
+}
+
+// Put implements ReplyStore.
+func (s *MemReplies) Put(_ context.Context, key, value []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[string(key)] = append([]byte(nil), value...)
+	return nil
+}
+
+// Sweep implements ReplyStore.
+func (s *MemReplies) Sweep(_ context.Context, cutoff time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, v := range s.m {
+		if _, at, _, err := decodeRecord(v); err != nil || at.Before(cutoff) {
+			delete(s.m, k)
+		}
+	}
+	return nil
+}
+
+// KVReplies is a ReplyStore in the cluster's KV store (internal/kv), which
+// every gateway reaches: a call retried at another gateway finds the
+// record the first one wrote. Open opens the tree on first use (the
+// cluster's storage may not be up when a gateway starts).
+type KVReplies struct {
+	Open func(ctx context.Context) (*btree.Tree, error)
+}
+
+// maxSweepKeys bounds the records one sweep deletes.
+const maxSweepKeys = 4096
+
+// Get implements ReplyStore.
+func (s KVReplies) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
+	t, err := s.Open(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	return t.Get(ctx, key)
+}
+
+// Put implements ReplyStore.
+func (s KVReplies) Put(ctx context.Context, key, value []byte) error {
+	t, err := s.Open(ctx)
+	if err != nil {
+		return err
+	}
+	return t.Put(ctx, key, value)
+}
+
+// Sweep implements ReplyStore.
+func (s KVReplies) Sweep(ctx context.Context, cutoff time.Time) error {
+	t, err := s.Open(ctx)
+	if err != nil {
+		return err
+	}
+	from := []byte(ReplyKeyPrefix)
+	to := []byte(ReplyKeyPrefix[:len(ReplyKeyPrefix)-1] + "0") // '/'+1
+	var old [][]byte
+	errEnough := errors.New("enough")
+	err = t.Scan(ctx, from, to, func(k, v []byte) error {
+		if _, at, _, err := decodeRecord(v); err != nil || at.Before(cutoff) {
+			old = append(old, append([]byte(nil), k...))
+		}
+		if len(old) >= maxSweepKeys {
+			return errEnough
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return err
+	}
+	for len(old) > 0 {
+		n := min(len(old), btree.MaxTxnValues-1)
+		batch := old[:n]
+		old = old[n:]
+		if err := t.Update(ctx, func(tx *btree.Txn) error {
+			for _, k := range batch {
+				if err := tx.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

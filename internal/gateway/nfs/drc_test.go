@@ -1,0 +1,95 @@
+package nfs
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/arbor-storage/arbor/internal/gateway/sunrpc"
+	"github.com/arbor-storage/arbor/internal/gateway/xdr"
+)
+
+// TestDuplicateRequests checks the duplicate-request cache: a retransmitted
+// REMOVE (same xid and arguments, on a new connection, as after a
+// reconnect or at another gateway) is answered from its record, not run
+// again (which would say NOENT); a call whose record says it was started
+// but not finished (its gateway died) runs in retry mode: a GUARDED
+// CREATE of the name the first attempt made answers that file, a REMOVE
+// of a name already gone answers OK, a guarded SETATTR whose guard the
+// first attempt invalidated applies; a new xid is a new call.
+func TestDuplicateRequests(t *testing.T) {
+	replies := NewMemReplies()
+	_, srv := startLocalWith(t, Config{Replies: replies})
+	c := dialRPC(t, srv.Addr())
+	root := c.mount("/default")
+	made := createdBy(t)
+	made(create(c, root, "f", createGuarded, 0o644, nil))
+	remove := func(c *rpcClient, xid uint32, name string) Status {
+		st, _ := c.nfsXid(xid, ProcRemove, func(w *xdr.Writer) { dirop(w, root, name) })
+		return st
+	}
+	if st := remove(c, 1000, "f"); st != OK {
+		t.Fatalf("REMOVE: %d", st)
+	}
+	c2 := dialRPC(t, srv.Addr())
+	if st := remove(c2, 1000, "f"); st != OK {
+		t.Fatalf("retransmitted REMOVE: %d, want the recorded OK", st)
+	}
+	if n := srv.Gateway().Counters().Replayed.Load(); n != 1 {
+		t.Fatalf("%d replies replayed, want 1", n)
+	}
+	if st := remove(c2, 1001, "f"); st != ErrNoEnt {
+		t.Fatalf("a new REMOVE of a removed name: %d", st)
+	}
+
+	// A started record: the call's first gateway died after (perhaps)
+	// applying it.
+	started := func(xid, proc uint32, args []byte) {
+		call := &sunrpc.Call{Xid: xid, Prog: ProgNFS, Vers: Version3, Proc: proc, Args: args,
+			Sys: &sunrpc.SysCred{MachineName: "test"}}
+		key := replyKey(call, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1})
+		if err := replies.Put(context.Background(), key, encodeRecord(replyStarted, time.Now(), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	argsOf := func(fn func(w *xdr.Writer)) []byte { w := xdr.NewWriter(nil); fn(w); return w.Bytes() }
+	first := made(create(c, root, "g", createGuarded, 0o644, nil))
+	started(2000, ProcCreate, argsOf(func(w *xdr.Writer) { dirop(w, root, "g"); w.Uint32(createGuarded); sattrMode(w, 0o644) }))
+	st, r := c.nfsXid(2000, ProcCreate, func(w *xdr.Writer) { dirop(w, root, "g"); w.Uint32(createGuarded); sattrMode(w, 0o644) })
+	if h := created(t, st, r); !bytes.Equal(h, first) {
+		t.Fatal("a retried GUARDED CREATE answered another file")
+	}
+	started(2001, ProcRemove, argsOf(func(w *xdr.Writer) { dirop(w, root, "gone") }))
+	if st := remove(c, 2001, "gone"); st != OK {
+		t.Fatalf("a retried REMOVE of a missing name: %d, want OK", st)
+	}
+	_, a := getattr(c, first)
+	guarded := func(w *xdr.Writer) {
+		w.Opaque(first)
+		sattrMode(w, 0o600)
+		w.Bool(true)
+		w.Uint32(a.ctime[0] - 1)
+		w.Uint32(0)
+	}
+	started(2002, ProcSetAttr, argsOf(guarded))
+	if st, _ := c.nfsXid(2002, ProcSetAttr, guarded); st != OK {
+		t.Fatalf("a retried guarded SETATTR: %d", st)
+	}
+	if n := srv.Gateway().Counters().Retried.Load(); n != 3 {
+		t.Fatalf("%d calls retried, want 3", n)
+	}
+	// Unprotected by a record, the same REMOVE of a missing name fails.
+	if st := remove(c, 2003, "gone"); st != ErrNoEnt {
+		t.Fatalf("REMOVE of a missing name: %d", st)
+	}
+
+	// Records past their time are swept.
+	if err := replies.Sweep(context.Background(), time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if len(replies.m) != 0 {
+		t.Fatalf("%d records left after a sweep of all", len(replies.m))
+	}
+}
