@@ -21,7 +21,7 @@ func (r *run) checkAll(ctx context.Context, cycle int, final bool) {
 	sleep(ctx, 1500*time.Millisecond)
 	files := 0
 	for _, w := range r.fs {
-		lost, odd, n := w.verify(final)
+		lost, odd, n := w.verify(ctx, final)
 		files += n
 		for _, l := range lost {
 			r.sum.lose(cycle, "file", l)
@@ -96,7 +96,7 @@ func (r *run) cliCheck(ctx context.Context, cycle int, name string, args ...stri
 
 // knownIssuePatience is how long a check that fails only with known
 // issues is retried (they do not go away by waiting).
-const knownIssuePatience = 30 * time.Second
+const knownIssuePatience = 10 * time.Second
 
 // knownIssues are checker failures the nemesis has found before in other
 // engineers' layers, reported to them and not yet fixed. A check that

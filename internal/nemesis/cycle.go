@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -228,8 +227,8 @@ func (r *run) probe(ctx context.Context, since time.Time) (time.Duration, error)
 			_, _, err := putBlob(ctx, tc, []byte("probe"))
 			return err
 		}},
-		{"file write", func(context.Context) error {
-			return writeFileSync(filepath.Join(r.mounts[0].dir, "probe"), []byte(time.Now().String()))
+		{"file write", func(ctx context.Context) error {
+			return writeFileSync(ctx, filepath.Join(r.mounts[0].dir, "probe"), filepath.Join(r.cfg.Dir, "probe.data"), []byte(time.Now().String()))
 		}},
 	}
 	for _, p := range probes {
@@ -247,23 +246,6 @@ func (r *run) probe(ctx context.Context, since time.Time) (time.Duration, error)
 		}
 	}
 	return time.Since(since), nil
-}
-
-// writeFileSync writes path with data, fsyncs and closes it.
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func sleep(ctx context.Context, d time.Duration) {

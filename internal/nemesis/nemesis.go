@@ -210,7 +210,7 @@ func (r *run) setUp(ctx context.Context) error {
 	}
 	seed := r.cfg.Seed
 	for i := range 2 {
-		w, err := newFSWorker(ctx, i, r.mounts[i].dir, r.mounts[1-i].dir, seed+uint64(i)+1)
+		w, err := newFSWorker(ctx, i, r.mounts[i].dir, r.mounts[1-i].dir, r.cfg.Dir, seed+uint64(i)+1)
 		if err != nil {
 			return err
 		}

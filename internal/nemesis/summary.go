@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -19,6 +20,8 @@ type Summary struct {
 	Cycles int
 	// Duration is the whole run's, start-up and final checks included.
 	Duration time.Duration
+
+	log *slog.Logger // every finding is logged when found
 
 	mu sync.Mutex
 	// Ops counts workload operations by worker: acknowledged and failed.
@@ -61,7 +64,7 @@ type Finding struct {
 }
 
 func newSummary(cfg Config) *Summary {
-	return &Summary{Seed: cfg.Seed, Nodes: cfg.Nodes, Cycles: cfg.Cycles, Ops: map[string]*OpCount{},
+	return &Summary{log: cfg.Logger, Seed: cfg.Seed, Nodes: cfg.Nodes, Cycles: cfg.Cycles, Ops: map[string]*OpCount{},
 		Faults: map[string]int{}, Recovery: map[string][]Recovery{}, Checks: map[string]*CheckStats{}}
 }
 
@@ -126,18 +129,21 @@ func (s *Summary) checked(files, blobs, keys, bankOps int) {
 }
 
 func (s *Summary) lose(cycle int, kind, detail string) {
+	s.log.Error("nemesis: LOST", "cycle", cycle, "kind", kind, "detail", detail)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.Lost = append(s.Lost, Finding{Cycle: cycle, Kind: kind, Detail: detail})
 }
 
 func (s *Summary) known(cycle int, kind, note, detail string) {
+	s.log.Warn("nemesis: known issue", "cycle", cycle, "kind", kind, "detail", detail)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.Known = append(s.Known, Finding{Cycle: cycle, Kind: kind, Detail: note + "\n" + detail})
 }
 
 func (s *Summary) fail(cycle int, kind, detail string) {
+	s.log.Error("nemesis: problem", "cycle", cycle, "kind", kind, "detail", detail)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.Failures = append(s.Failures, Finding{Cycle: cycle, Kind: kind, Detail: detail})
