@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/client"
@@ -163,6 +165,9 @@ func (r *run) cycle(ctx context.Context, n int) {
 			r.sum.fail(n, "nemesis", fmt.Sprintf("turn faults off: %v", err))
 		}
 	}
+	if open := r.openMountFiles(); len(open) > 0 {
+		r.sum.fail(n, "nemesis", fmt.Sprintf("the nemesis holds files of a mount open while it starts nodes (their exec would flush them through the cluster being restarted): %v", open))
+	}
 	for _, id := range down {
 		if err := r.cluster.StartNode(ctx, id); err != nil {
 			r.sum.fail(n, "nemesis", fmt.Sprintf("start node %d again: %v", id, err))
@@ -255,4 +260,26 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// openMountFiles lists the files of the mounts this process holds open
+// (see fsCmd: it must hold none when it forks a node).
+func (r *run) openMountFiles() []string {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	var open []string
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err != nil {
+			continue
+		}
+		for _, m := range r.mounts {
+			if target == m.dir || strings.HasPrefix(target, m.dir+"/") {
+				open = append(open, target)
+			}
+		}
+	}
+	return open
 }
