@@ -710,3 +710,44 @@ func TestECTornStripe(t *testing.T) {
 		}
 	}
 }
+
+// TestScrubKeepsAFileBeingRecorded: a data file written but not yet named
+// by its record (its writer holds the tract's lock through a slow sync) is
+// not taken for an orphan by the scrubber, however old it is.
+func TestScrubKeepsAFileBeingRecorded(t *testing.T) {
+	c := newTestCluster(t, 1, 1, testTractSize)
+	d := c.nodes[1].svc.disks[0]
+	k := tractKey{guid: NewGUID(), tract: 0}
+	data := bytes.Repeat([]byte("x"), DefaultEmbedBytes+1)
+	m := &tpb.TractMeta{Stamp: &tpb.Stamp{RowVersion: 1, Seq: 1}, Length: uint32(len(data)), Crc32C: Checksum(data), Replication: 1, Incarnation: 1}
+	path := d.store.fileName(k, m.Stamp)
+	unlock := d.locks.lock(k)
+	if err := d.store.writeFile(path, data); err != nil {
+		t.Fatal(err)
+	}
+	removed := make(chan bool, 1)
+	go func() { removed <- d.removeUnreferenced(path) }()
+	select {
+	case <-removed:
+		t.Fatal("the scrubber did not wait for the tract's writer")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := d.store.Put(k, m, data); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if <-removed {
+		t.Fatal("the scrubber removed a file its record names")
+	}
+	if got, err := d.store.ReadData(k, m); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after the scrub: %v", err)
+	}
+	// A file no record names is removed.
+	orphan := d.store.fileName(k, &tpb.Stamp{RowVersion: 1, Seq: 7})
+	if err := d.store.writeFile(orphan, data); err != nil {
+		t.Fatal(err)
+	}
+	if !d.removeUnreferenced(orphan) {
+		t.Fatal("an orphan file was kept")
+	}
+}

@@ -147,11 +147,26 @@ func (d *disk) scrub(ctx context.Context, verify bool) (*tpb.ScrubResponse, erro
 		if err != nil || now.Sub(info.ModTime()) < d.svc.cfg.OrphanGrace {
 			continue
 		}
-		if err := d.store.FS().Remove(f); err == nil {
+		if d.removeUnreferenced(f) {
 			res.UnreferencedFiles++
 		}
 	}
 	return res, nil
+}
+
+// removeUnreferenced removes a data file no record names. A file is
+// written before its record, under the tract's lock, and a slow sync can
+// leave it unnamed for longer than the orphan grace: so the record is
+// checked again under that lock, and a file it now names is kept.
+func (d *disk) removeUnreferenced(path string) bool {
+	if k, st, ok := parseFileName(d.store.FS().PathBase(path)); ok {
+		unlock := d.locks.lock(k)
+		defer unlock()
+		if m, has := d.store.Get(k); has && !m.Embedded && proto.Equal(m.Stamp, st) {
+			return false
+		}
+	}
+	return d.store.FS().Remove(path) == nil
 }
 
 // reclaimDeleted deletes the data tracts whose blob no longer exists (or
