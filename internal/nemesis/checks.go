@@ -48,6 +48,7 @@ func (r *run) checkAll(ctx context.Context, cycle int, final bool) {
 	r.cliCheck(ctx, cycle, "kv check", "kv", "check")
 	r.cliCheck(ctx, cycle, "blob verify", "blob", "verify")
 	r.scanLogs(cycle)
+	r.sum.explainLosses()
 }
 
 // finalChecks runs the checks once more after the last cycle, with every

@@ -25,7 +25,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 // TestNemesis is the short version of `make chaos` that `make test` runs:
 // a five-node cluster under the whole mixed workload, a few fault cycles
 // (ARBOR_CHAOS_CYCLES, default 2), every check after each, and no loss or
-// other problem allowed. ARBOR_SEED replays a run's choices.
+// other problem allowed. ARBOR_SEED replays a run's choices. Problems that
+// a known issue of another layer explains (Summary.Known, LostKnown) are
+// logged in the summary and do not fail it; `arbor debug nemesis` still
+// exits 1 on any loss.
 func TestNemesis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster and two FUSE mounts")
