@@ -23,7 +23,7 @@ func newGatewayCmd(a *app) *cobra.Command {
 func newGatewayNFSCmd(a *app) *cobra.Command {
 	var cf clusterFlags
 	var listen string
-	var portmap bool
+	var portmap, drc bool
 	cmd := &cobra.Command{
 		Use:   "nfs",
 		Short: "Serve every file system over NFSv3 until interrupted",
@@ -51,7 +51,11 @@ with --portmap; others are told the port, e.g. with libnfs:
 				return err
 			}
 			defer c.Close()
-			srv, err := nfs.Start(nfs.Config{Backend: nfs.ClusterBackend{Cluster: c}, Replies: nfs.KVReplies{Open: c.KV}, Logger: a.logger}, listen, portmap)
+			cfg := nfs.Config{Backend: nfs.ClusterBackend{Cluster: c}, Logger: a.logger}
+			if drc {
+				cfg.Replies = nfs.KVReplies{Open: c.KV}
+			}
+			srv, err := nfs.Start(cfg, listen, portmap)
 			if err != nil {
 				return err
 			}
@@ -80,5 +84,6 @@ with --portmap; others are told the port, e.g. with libnfs:
 	cf.register(cmd)
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:2049", "address to serve NFS and MOUNT on (host:port)")
 	cmd.Flags().BoolVar(&portmap, "portmap", false, "also answer the portmapper (program 100000) on port 111 of the --listen host")
+	cmd.Flags().BoolVar(&drc, "drc", true, "keep the duplicate-request cache in the cluster's KV store (false: faster creates and removes, but a call retransmitted to another gateway may be applied twice)")
 	return cmd
 }

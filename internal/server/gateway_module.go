@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net"
 	"time"
 
@@ -18,8 +17,10 @@ type gatewayModule struct {
 	cluster *client.Cluster
 	srv     *nfs.Server
 	addr    string
-	stop    chan struct{}
-	done    chan struct{}
+	// stopRegister ends the registration's attempts; done closes when
+	// they end.
+	stopRegister context.CancelFunc
+	done         chan struct{}
 }
 
 func newGatewayModule() *gatewayModule { return &gatewayModule{} }
@@ -48,26 +49,28 @@ func (m *gatewayModule) Init(_ context.Context, env *Env) error {
 			m.addr = net.JoinHostPort(ahost, port)
 		}
 	}
-	m.stop, m.done = make(chan struct{}), make(chan struct{})
+	var rctx context.Context
+	rctx, m.stopRegister = context.WithCancel(context.Background())
+	m.done = make(chan struct{})
 	reg := nfs.Registration{Addr: m.addr, Node: env.Config.NodeID, StartedUnixMs: time.Now().UnixMilli()}
-	go m.register(env, reg)
+	go m.register(rctx, env, reg)
 	env.Logger.Info("serving NFSv3", "addr", m.addr)
 	return nil
 }
 
 // register announces the gateway once the directory answers.
-func (m *gatewayModule) register(env *Env, reg nfs.Registration) {
+func (m *gatewayModule) register(ctx context.Context, env *Env, reg nfs.Registration) {
 	defer close(m.done)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := nfs.Register(ctx, m.cluster.Directory(), reg)
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := nfs.Register(actx, m.cluster.Directory(), reg)
 		cancel()
 		if err == nil {
 			return
 		}
 		env.Logger.Debug("registering the gateway", "err", err)
 		select {
-		case <-m.stop:
+		case <-ctx.Done():
 			return
 		case <-time.After(time.Second):
 		}
@@ -76,13 +79,22 @@ func (m *gatewayModule) register(env *Env, reg nfs.Registration) {
 
 func (m *gatewayModule) Start(context.Context) error { return nil }
 
+// gatewayStopTimeout bounds the gateway's stop: flushing what it buffered
+// and closing its sessions ask metadata servers that may be stopping too,
+// and must not eat the node's shutdown budget (the gRPC drain comes
+// after). What it cannot flush was unstable: clients see the write
+// verifier change and resend it.
+const gatewayStopTimeout = 3 * time.Second
+
 func (m *gatewayModule) Stop(ctx context.Context) error {
 	if m.srv == nil {
 		return nil
 	}
-	close(m.stop)
+	m.stopRegister()
 	<-m.done
-	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, gatewayStopTimeout)
+	defer cancel()
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
 	derr := nfs.Deregister(dctx, m.cluster.Directory(), m.addr)
 	cancel()
 	if derr != nil {
@@ -90,5 +102,8 @@ func (m *gatewayModule) Stop(ctx context.Context) error {
 		// status probe an address that does not answer.
 		m.srv.Gateway().Logger().Debug("deregistering the gateway", "err", derr)
 	}
-	return errors.Join(m.srv.Close(ctx), m.cluster.Close())
+	if err := m.srv.Close(ctx); err != nil {
+		m.srv.Gateway().Logger().Warn("closing the gateway", "err", err)
+	}
+	return m.cluster.Close()
 }

@@ -48,7 +48,7 @@ func TestDuplicateRequests(t *testing.T) {
 	// applying it.
 	started := func(xid, proc uint32, args []byte) {
 		call := &sunrpc.Call{Xid: xid, Prog: ProgNFS, Vers: Version3, Proc: proc, Args: args,
-			Sys: &sunrpc.SysCred{MachineName: "test"}}
+			Sys: &sunrpc.SysCred{MachineName: "arbor-client"}}
 		key := replyKey(call, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1})
 		if err := replies.Put(context.Background(), key, encodeRecord(replyStarted, time.Now(), nil)); err != nil {
 			t.Fatal(err)

@@ -54,7 +54,6 @@ type FS interface {
 	Lookup(ctx context.Context, dir fs.Handle, name string) (fs.Attr, error)
 	GetAttr(ctx context.Context, h fs.Handle) (fs.Attr, error)
 	SetAttr(ctx context.Context, h fs.Handle, in fs.SetAttrIn) (fs.Attr, error)
-	Create(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, error)
 	Mknod(ctx context.Context, dir fs.Handle, name string, mode uint32, rdev uint64, cred fs.Cred) (fs.Attr, error)
 	Mkdir(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, error)
 	Symlink(ctx context.Context, dir fs.Handle, name, target string, cred fs.Cred) (fs.Attr, error)
@@ -99,6 +98,8 @@ const (
 	// idleRelease is how long a file stays open at the gateway after its
 	// last READ or WRITE; its buffered writes are flushed then.
 	idleRelease = 5 * time.Second
+	// maxParallelReleases bounds the files released at once.
+	maxParallelReleases = 16
 	// maxIO is the largest READ and WRITE the gateway offers (rtmax,
 	// wtmax); prefIO the size it prefers.
 	maxIO  = 1 << 20
@@ -128,9 +129,11 @@ type Gateway struct {
 	// deleted file system's handles go stale within it.
 	records map[uint64]cachedRecord
 
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	stats Stats
+	// stop ends the background work (its context: stopCtx).
+	stop    context.CancelFunc
+	stopCtx context.Context
+	wg      sync.WaitGroup
+	stats   Stats
 }
 
 // Stats counts what the gateway did (fields only grow).
@@ -208,7 +211,8 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, window: w, sessions: map[sessionKey]*session{}, records: map[uint64]cachedRecord{}, stop: make(chan struct{})}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, window: w, sessions: map[sessionKey]*session{}, records: map[uint64]cachedRecord{}}
+	g.stopCtx, g.stop = context.WithCancel(context.Background())
 	g.newVerifier()
 	g.wg.Add(1)
 	go g.releaser()
@@ -251,7 +255,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	ss := g.sessions
 	g.sessions = map[sessionKey]*session{}
 	g.mu.Unlock()
-	close(g.stop)
+	g.stop()
 	g.wg.Wait()
 	var errs []error
 	for _, s := range ss {
@@ -269,13 +273,13 @@ func (g *Gateway) releaser() {
 	lastSweep := time.Now()
 	for {
 		select {
-		case <-g.stop:
+		case <-g.stopCtx.Done():
 			return
 		case <-t.C:
 		}
 		if g.cfg.Replies != nil && time.Since(lastSweep) > sweepEvery {
 			lastSweep = time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.OpTimeout)
+			ctx, cancel := context.WithTimeout(g.stopCtx, g.cfg.OpTimeout)
 			if err := g.cfg.Replies.Sweep(ctx, time.Now().Add(-replyTTL)); err != nil {
 				g.log.Warn("nfs: sweeping the duplicate-request cache", "err", err)
 			}
@@ -288,7 +292,7 @@ func (g *Gateway) releaser() {
 		}
 		g.mu.Unlock()
 		for _, s := range ss {
-			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.OpTimeout)
+			ctx, cancel := context.WithTimeout(g.stopCtx, g.cfg.OpTimeout)
 			s.releaseIdle(ctx, g, time.Now().Add(-idleRelease))
 			cancel()
 		}
@@ -308,12 +312,19 @@ func (s *session) releaseIdle(ctx context.Context, g *Gateway, cutoff time.Time)
 		}
 	}
 	s.mu.Unlock()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxParallelReleases)
 	for _, h := range idle {
-		if err := s.fsys.Release(ctx, h); err != nil {
-			g.log.Warn("nfs: releasing a file lost its buffered writes; new write verifier", "fs", s.info.Name, "handle", h, "err", err)
-			g.newVerifier()
-		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := s.fsys.Release(ctx, h); err != nil {
+				g.log.Warn("nfs: releasing a file lost its buffered writes; new write verifier", "fs", s.info.Name, "handle", h, "err", err)
+				g.newVerifier()
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // session returns the open session of file system f at snapshot snap.

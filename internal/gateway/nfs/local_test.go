@@ -3,7 +3,6 @@ package nfs
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,41 +111,41 @@ func startLocalWith(t testing.TB, cfg Config) (*localBackend, *Server) {
 	return b, srv
 }
 
-// rpcClient is a minimal ONC RPC client over TCP for the tests: one call
-// at a time.
+// rpcClient is the tests' view of a Client: failures of the transport
+// fail the test, and accept statuses and NFS statuses are returned.
 type rpcClient struct {
-	t    testing.TB
-	conn net.Conn
-	xid  uint32
-	cred sunrpc.Auth
+	t  testing.TB
+	cl *Client
+	// xid, if set, is the transaction id of the next call.
+	xid uint32
 }
 
 func dialRPC(t testing.TB, addr string) *rpcClient {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
+	cl, err := Dial(context.Background(), addr, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
-	c := &rpcClient{t: t, conn: conn}
-	c.as(0, 0)
-	return c
+	cl.Timeout = 30 * time.Second
+	t.Cleanup(func() { cl.Close() })
+	return &rpcClient{t: t, cl: cl}
 }
 
 // as makes the client's calls with AUTH_SYS uid and gid.
 func (c *rpcClient) as(uid, gid uint32) *rpcClient {
-	c.cred = sunrpc.Auth{Flavor: sunrpc.AuthSys, Body: sunrpc.EncodeSysCred(sunrpc.SysCred{MachineName: "test", Uid: uid, Gid: gid})}
+	c.cl.As(uid, gid)
 	return c
 }
 
 // raw sends a message as one record and returns the reply's record.
 func (c *rpcClient) raw(msg []byte) sunrpc.Reply {
 	c.t.Helper()
-	_ = c.conn.SetDeadline(time.Now().Add(30 * time.Second))
-	if err := sunrpc.WriteRecord(c.conn, msg); err != nil {
+	conn := c.cl.conn
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if err := sunrpc.WriteRecord(conn, msg); err != nil {
 		c.t.Fatal(err)
 	}
-	rec, err := sunrpc.ReadRecord(c.conn, sunrpc.MaxRecordBytes)
+	rec, err := sunrpc.ReadRecord(conn, sunrpc.MaxRecordBytes)
 	if err != nil {
 		c.t.Fatalf("reading the reply: %v", err)
 	}
@@ -160,17 +159,18 @@ func (c *rpcClient) raw(msg []byte) sunrpc.Reply {
 // call makes a call and returns its accept status and results.
 func (c *rpcClient) call(prog, vers, proc uint32, args func(w *xdr.Writer)) (sunrpc.AcceptStat, *xdr.Reader) {
 	c.t.Helper()
-	c.xid++
 	w := xdr.NewWriter(nil)
 	if args != nil {
 		args(w)
 	}
-	rep := c.raw(sunrpc.EncodeCall(sunrpc.Call{Xid: c.xid, Prog: prog, Vers: vers, Proc: proc, Cred: c.cred, Args: w.Bytes()}))
-	if rep.Xid != c.xid {
-		c.t.Fatalf("reply xid %d to call %d", rep.Xid, c.xid)
-	}
+	xid := c.xid
+	c.xid = 0
+	rep, err := c.cl.Call(xid, prog, vers, proc, w.Bytes())
 	if rep.Denied {
 		c.t.Fatalf("call %d/%d/%d denied", prog, vers, proc)
+	}
+	if err != nil && rep.Stat == sunrpc.Success {
+		c.t.Fatalf("call %d/%d/%d: %v", prog, vers, proc, err)
 	}
 	return rep.Stat, xdr.NewReader(rep.Results)
 }
@@ -178,9 +178,7 @@ func (c *rpcClient) call(prog, vers, proc uint32, args func(w *xdr.Writer)) (sun
 // nfsXid is nfs with a given transaction id (a retransmission).
 func (c *rpcClient) nfsXid(xid, proc uint32, args func(w *xdr.Writer)) (Status, *xdr.Reader) {
 	c.t.Helper()
-	saved := c.xid
-	c.xid = xid - 1
-	defer func() { c.xid = saved }()
+	c.xid = xid
 	return c.nfs(proc, args)
 }
 

@@ -576,9 +576,10 @@ func (g *Gateway) create(ctx context.Context, q *request) Status {
 	if how == createExclusive {
 		mode = 0o600
 	}
-	a, err := s.fsys.Create(ctx, da.Handle, name, mode|syscall.S_IFREG, q.cred.fs())
+	// Made with mknod, not create: NFS opens nothing, so the file is not
+	// held open (and released later) at the gateway.
+	a, err := s.fsys.Mknod(ctx, da.Handle, name, mode|syscall.S_IFREG, 0, q.cred.fs())
 	if err == nil {
-		s.hold(a.Handle)
 		switch how {
 		case createExclusive:
 			// The verifier goes in the times (as other servers do): a
@@ -629,21 +630,6 @@ func (g *Gateway) create(ctx context.Context, q *request) Status {
 // create's verifier is kept in.
 func exclusiveTimes(verf []byte) (atime, mtime time.Time) {
 	return time.Unix(int64(binary.BigEndian.Uint32(verf[:4])), 0), time.Unix(int64(binary.BigEndian.Uint32(verf[4:8])&0x3fffffff), 0)
-}
-
-// hold records a file created (and so opened) by the session: the
-// releaser closes it once idle.
-func (s *session) hold(h fs.Handle) {
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if of := s.files[h]; of != nil {
-		// Opened twice now: give one back at once.
-		go func() { _ = s.fsys.Release(context.Background(), h) }()
-		of.usedAt = now
-		return
-	}
-	s.files[h] = &openFile{openedAt: now, usedAt: now}
 }
 
 func (g *Gateway) mkdir(ctx context.Context, q *request) Status {
