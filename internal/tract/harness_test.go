@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,6 +180,9 @@ type testCluster struct {
 	cfg     Config
 	conns   sync.Map // addr -> *grpc.ClientConn
 	log     *slog.Logger
+	// refuse, if set, is asked before every RPC a node serves: a non-nil
+	// error fails the call unrun (an injected fault).
+	refuse atomic.Pointer[func(node uint64, method string) error]
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -274,7 +278,16 @@ func (c *testCluster) startNode(n *testNode) {
 		c.t.Fatal(err)
 	}
 	n.svc = svc
-	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20), grpc.WaitForHandlers(true))
+	refuse := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if f := c.refuse.Load(); f != nil {
+			if err := (*f)(n.id, info.FullMethod); err != nil {
+				return nil, err
+			}
+		}
+		return handler(ctx, req)
+	}
+	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20), grpc.WaitForHandlers(true),
+		grpc.UnaryInterceptor(refuse))
 	svc.Register(n.srv)
 	go n.srv.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())

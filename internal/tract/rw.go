@@ -286,7 +286,14 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 		return &tpb.BlobOpResponse{Meta: old}, nil
 	}
 	if prev, ok := recentResult(old, req.RequestId); ok {
-		// A retry of a mutation that was applied: answer as the first time.
+		// A retry of a mutation that was applied here. The first attempt
+		// may have failed in its forward (a replica unreachable, the reply
+		// lost): forward the record again, so that the retry is answered
+		// only once every replica holds it, as the first would have been.
+		// A replica that has it already takes the repeat as a no-op.
+		if err := d.forward(ctx, t, ri, row, k, cur, nil, row.Targets(t.Replication)); err != nil {
+			return nil, err
+		}
 		out := proto.Clone(old).(*tpb.BlobMeta)
 		out.LengthTracts = prev
 		return &tpb.BlobOpResponse{Meta: out}, nil

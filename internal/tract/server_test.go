@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
@@ -792,4 +796,55 @@ func TestBlobMetas(t *testing.T) {
 		t.Fatalf("%d blobs in one call: %v; want INVALID_ARGUMENT", len(many), err)
 	}
 	checkBlob(t, cl, live, randomTracts(1, 80))
+}
+
+// TestBlobOpRetryForwardsAgain: a blob operation applied by the primary
+// whose forward failed must reach the replicas on the client's retry, not
+// be answered from the primary's memory of the request alone; otherwise
+// the replicas keep the old metadata and the blob is lost (or shrinks)
+// when the primary dies (found by the nemesis, issue 13).
+func TestBlobOpRetryForwardsAgain(t *testing.T) {
+	c := newTestCluster(t, 3, 3, testTractSize)
+	ctx := ctxT(t)
+	cl := c.client()
+	defer cl.Close()
+	g := NewGUID()
+	if _, err := cl.CreateBlob(ctx, g, 0); err != nil {
+		t.Fatal(err)
+	}
+	tbl := c.table()
+	row := tbl.Rows[tbl.Locate(g, MetadataTract)]
+	replica := row.Slots[1].Node
+	refuse := func(node uint64, method string) error {
+		if node == replica && strings.HasSuffix(method, "/Replicate") {
+			return status.Error(codes.Unavailable, "injected: replica unreachable")
+		}
+		return nil
+	}
+	c.refuse.Store(&refuse)
+	id := []byte("extend-whose-forward-failed")
+	req := func() *tpb.BlobOpRequest {
+		return &tpb.BlobOpRequest{Op: tpb.BlobOpKind_BLOB_OP_EXTEND, ExtendTracts: 4, RequestId: id}
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := cl.blobOp(short, g, req())
+	cancel()
+	if err == nil {
+		t.Fatal("extend succeeded while a replica refused every forward")
+	}
+	c.refuse.Store(nil)
+	m, err := cl.blobOp(ctx, g, req())
+	if err != nil {
+		t.Fatalf("retry of the extend: %v", err)
+	}
+	if m.LengthTracts != 4 {
+		t.Fatalf("retry answered %d tracts, want 4", m.LengthTracts)
+	}
+	k := tractKey{guid: g, tract: MetadataTract}
+	for _, s := range row.Slots[:3] {
+		got, ok := c.nodes[s.Node].svc.Store(0).Get(k)
+		if !ok || got.Blob.GetLengthTracts() != 4 {
+			t.Fatalf("member %s of the metadata row holds %v after the acknowledged retry, want 4 tracts", s, got.GetBlob())
+		}
+	}
 }
