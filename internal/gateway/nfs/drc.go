@@ -11,22 +11,26 @@ import (
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/btree"
+	"github.com/arbor-storage/arbor/internal/fs"
 	"github.com/arbor-storage/arbor/internal/gateway/sunrpc"
+	"github.com/arbor-storage/arbor/internal/gateway/xdr"
 )
 
 // The duplicate-request cache (FSS §8: idempotency tokens live in the
 // store, not in a presentation server). NFS over TCP still retransmits:
 // after a reconnect, and to another gateway when the first died. A call
-// that is not idempotent (CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR,
-// RENAME, LINK, SETATTR) is keyed by a digest of (client host, AUTH_SYS
+// that is not idempotent (GUARDED CREATE, MKDIR, SYMLINK, MKNOD, REMOVE,
+// RMDIR, RENAME, LINK, guarded SETATTR: needsRecord) is keyed by a digest of (client host, AUTH_SYS
 // machine name and ids, program, version, procedure, xid, arguments) and
 // goes through a record in a ReplyStore shared by every gateway (the
 // cluster's KV store, under ReplyKeyPrefix):
 //
 //  1. A record "done" holds the reply: it is sent again, and the call is
 //     not run.
-//  2. Otherwise a record "started" is written first, then the call runs,
-//     then "done" with its reply replaces it.
+//  2. Otherwise a record "started" is written first (in the transaction
+//     that read the key: one commit), then the call runs and is answered,
+//     then "done" with its reply replaces it (after the reply: a
+//     retransmission that comes first finds "started", which is safe).
 //  3. A call that finds "started" was begun by a gateway that died (or is
 //     still at it): it may or may not have been applied. It runs in retry
 //     mode, where the answer that means "already done" is success: EXIST
@@ -44,7 +48,9 @@ import (
 // ReplyStore keeps the duplicate-request cache's records. Values are at
 // most maxReplyRecordBytes.
 type ReplyStore interface {
-	Get(ctx context.Context, key []byte) ([]byte, bool, error)
+	// Begin returns key's record if it has one; else it writes started
+	// as key's record, in the same transaction.
+	Begin(ctx context.Context, key, started []byte) (old []byte, found bool, err error)
 	Put(ctx context.Context, key, value []byte) error
 	// Sweep deletes records whose time (the 8 bytes after the state) is
 	// before cutoff.
@@ -69,6 +75,32 @@ const (
 var nonIdempotent = [...]bool{
 	ProcSetAttr: true, ProcCreate: true, ProcMkdir: true, ProcSymlink: true, ProcMknod: true,
 	ProcRemove: true, ProcRmdir: true, ProcRename: true, ProcLink: true, ProcCommit: false,
+}
+
+// needsRecord reports whether call c goes through the cache: the
+// procedures above, but an UNCHECKED or EXCLUSIVE CREATE (run again, one
+// answers the existing file; the other finds its verifier) and a SETATTR
+// without a guard (setting the same attributes twice is setting them
+// once), which are safe to run twice. Linux's client creates with those
+// two modes.
+func needsRecord(c *sunrpc.Call) bool {
+	if c.Proc >= uint32(len(nonIdempotent)) || !nonIdempotent[c.Proc] {
+		return false
+	}
+	r := xdr.NewReader(c.Args)
+	switch c.Proc {
+	case ProcCreate:
+		r.Opaque(maxHandleBytes)
+		r.String(4 * fs.MaxNameBytes)
+		how := r.Uint32()
+		return r.Err() != nil || how == createGuarded
+	case ProcSetAttr:
+		r.Opaque(maxHandleBytes)
+		getSattr(r)
+		guard := r.Bool()
+		return r.Err() != nil || guard
+	}
+	return true
 }
 
 // replyKey is the key of call c from a client at remote.
@@ -117,12 +149,15 @@ type MemReplies struct {
 // NewMemReplies returns an empty store.
 func NewMemReplies() *MemReplies { return &MemReplies{m: map[string][]byte{}} }
 
-// Get implements ReplyStore.
-func (s *MemReplies) Get(_ context.Context, key []byte) ([]byte, bool, error) {
+// Begin implements ReplyStore.
+func (s *MemReplies) Begin(_ context.Context, key, started []byte) ([]byte, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.m[string(key)]
-	return v, ok, nil
+	if v, ok := s.m[string(key)]; ok {
+		return v, true, nil
+	}
+	s.m[string(key)] = append([]byte(nil), started...)
+	return nil, false, nil
 }
 
 // Put implements ReplyStore.
@@ -156,13 +191,26 @@ type KVReplies struct {
 // maxSweepKeys bounds the records one sweep deletes.
 const maxSweepKeys = 4096
 
-// Get implements ReplyStore.
-func (s KVReplies) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
+// Begin implements ReplyStore: one transaction reads the key and, if it
+// is missing, writes started.
+func (s KVReplies) Begin(ctx context.Context, key, started []byte) (old []byte, found bool, err error) {
 	t, err := s.Open(ctx)
 	if err != nil {
 		return nil, false, err
 	}
-	return t.Get(ctx, key)
+	err = t.Update(ctx, func(tx *btree.Txn) error {
+		v, ok, err := tx.Get(key)
+		if err != nil {
+			return err
+		}
+		if ok {
+			old, found = append([]byte(nil), v...), true
+			return nil
+		}
+		old, found = nil, false
+		return tx.Put(key, started)
+	})
+	return old, found, err
 }
 
 // Put implements ReplyStore.

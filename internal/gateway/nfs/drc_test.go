@@ -33,6 +33,23 @@ func TestDuplicateRequests(t *testing.T) {
 	if st := remove(c, 1000, "f"); st != OK {
 		t.Fatalf("REMOVE: %d", st)
 	}
+	// The reply is recorded after it is sent.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		done := true
+		replies.mu.Lock()
+		for _, v := range replies.m {
+			if st, _, _, _ := decodeRecord(v); st != replyDone {
+				done = false
+			}
+		}
+		replies.mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the REMOVE's reply was not recorded")
+		}
+	}
 	c2 := dialRPC(t, srv.Addr())
 	if st := remove(c2, 1000, "f"); st != OK {
 		t.Fatalf("retransmitted REMOVE: %d, want the recorded OK", st)
@@ -91,5 +108,55 @@ func TestDuplicateRequests(t *testing.T) {
 	}
 	if len(replies.m) != 0 {
 		t.Fatalf("%d records left after a sweep of all", len(replies.m))
+	}
+}
+
+// TestNeedsRecord checks which calls go through the cache: those that are
+// not safe to run twice.
+func TestNeedsRecord(t *testing.T) {
+	fh := FileHandle{F: 1, Gen: 1}.Encode()
+	args := func(fn func(w *xdr.Writer)) []byte { w := xdr.NewWriter(nil); fn(w); return w.Bytes() }
+	createHow := func(how uint32) []byte {
+		return args(func(w *xdr.Writer) {
+			dirop(w, fh, "x")
+			w.Uint32(how)
+			if how == createExclusive {
+				w.Fixed(make([]byte, 8))
+			} else {
+				sattrMode(w, 0o644)
+			}
+		})
+	}
+	setattr := func(guard bool) []byte {
+		return args(func(w *xdr.Writer) {
+			w.Opaque(fh)
+			sattrMode(w, 0o600)
+			w.Bool(guard)
+			if guard {
+				w.Uint32(1)
+				w.Uint32(2)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		proc uint32
+		args []byte
+		want bool
+	}{
+		{ProcCreate, createHow(createUnchecked), false},
+		{ProcCreate, createHow(createGuarded), true},
+		{ProcCreate, createHow(createExclusive), false},
+		{ProcCreate, []byte{1, 2}, true}, // undecodable: the handler says GARBAGE_ARGS
+		{ProcSetAttr, setattr(false), false},
+		{ProcSetAttr, setattr(true), true},
+		{ProcRemove, args(func(w *xdr.Writer) { dirop(w, fh, "x") }), true},
+		{ProcRename, nil, true},
+		{ProcGetAttr, args(func(w *xdr.Writer) { w.Opaque(fh) }), false},
+		{ProcWrite, nil, false},
+		{99, nil, false},
+	} {
+		if got := needsRecord(&sunrpc.Call{Proc: tc.proc, Args: tc.args}); got != tc.want {
+			t.Errorf("proc %d args %x: needsRecord %v, want %v", tc.proc, tc.args, got, tc.want)
+		}
 	}
 }

@@ -75,7 +75,7 @@ func (g *Gateway) serveNFS(ctx context.Context, c *sunrpc.Call, conn sunrpc.Conn
 		return sunrpc.Success
 	}
 	var key []byte
-	if g.cfg.Replies != nil && nonIdempotent[c.Proc] {
+	if g.cfg.Replies != nil && needsRecord(c) {
 		key = replyKey(c, conn.Remote)
 		reply, retry, err := g.lookUpReply(ctx, key)
 		if err != nil {
@@ -114,7 +114,10 @@ func (g *Gateway) serveNFS(ctx context.Context, c *sunrpc.Call, conn sunrpc.Conn
 		}
 	}
 	if key != nil && st != ErrJukebox {
-		g.recordReply(ctx, key, w.Bytes()[start:])
+		// After the reply is sent (dispatch returns it): a retransmission
+		// meanwhile finds the call started.
+		reply := append([]byte(nil), w.Bytes()[start:]...)
+		g.wg.Go(func() { g.recordReply(g.stopCtx, key, reply) })
 	}
 	return sunrpc.Success
 }
@@ -123,22 +126,21 @@ func (g *Gateway) serveNFS(ctx context.Context, c *sunrpc.Call, conn sunrpc.Conn
 // whether the call was started before (retry); else it records that the
 // call starts.
 func (g *Gateway) lookUpReply(ctx context.Context, key []byte) (reply []byte, retry bool, err error) {
-	v, ok, err := g.cfg.Replies.Get(ctx, key)
-	if err != nil {
+	v, ok, err := g.cfg.Replies.Begin(ctx, key, encodeRecord(replyStarted, time.Now(), nil))
+	if err != nil || !ok {
 		return nil, false, err
 	}
-	if ok {
-		state, _, reply, err := decodeRecord(v)
-		if err == nil && state == replyDone {
-			return reply, false, nil
-		}
-		if err == nil {
-			g.stats.Retried.Add(1)
-			return nil, true, nil
-		}
+	state, _, reply, err := decodeRecord(v)
+	if err != nil {
+		// A record that does not decode: run the call as retried, the
+		// safe reading of a record of unknown state.
 		g.log.Warn("nfs: duplicate-request record", "err", err)
 	}
-	return nil, false, g.cfg.Replies.Put(ctx, key, encodeRecord(replyStarted, time.Now(), nil))
+	if err == nil && state == replyDone {
+		return reply, false, nil
+	}
+	g.stats.Retried.Add(1)
+	return nil, true, nil
 }
 
 // recordReply records a call's reply. Failing to is no error for the
@@ -148,7 +150,9 @@ func (g *Gateway) recordReply(ctx context.Context, key, reply []byte) {
 	if len(rec) > maxReplyRecordBytes {
 		return
 	}
-	if err := g.cfg.Replies.Put(context.WithoutCancel(ctx), key, rec); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.OpTimeout)
+	defer cancel()
+	if err := g.cfg.Replies.Put(ctx, key, rec); err != nil {
 		g.log.Warn("nfs: recording a reply", "err", err)
 	}
 }
