@@ -43,6 +43,11 @@ func (m *gatewayModule) Init(_ context.Context, env *Env) error {
 		return err
 	}
 	m.cluster, m.srv = c, srv
+	if err := srv.Gateway().RegisterMetrics(env.Metrics); err != nil {
+		_ = srv.Close(context.Background())
+		c.Close()
+		return err
+	}
 	m.addr = srv.Addr()
 	if host, port, err := net.SplitHostPort(m.addr); err == nil && net.ParseIP(host).IsUnspecified() {
 		if ahost, _, err := net.SplitHostPort(env.AdvertiseAddr); err == nil {

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/arbor-storage/arbor/internal/fs"
 	"github.com/arbor-storage/arbor/internal/gateway/sunrpc"
 )
@@ -236,6 +238,37 @@ func (g *Gateway) Programs() []sunrpc.Program {
 		{Prog: ProgNFS, Low: Version3, High: Version3, Serve: g.serveNFS},
 		{Prog: ProgMount, Low: Version3, High: Version3, Serve: g.serveMount},
 	}
+}
+
+// RegisterMetrics registers the gateway's figures on reg: the congestion
+// window (size, calls in flight, calls admitted and refused) and the
+// duplicate-request cache (replies replayed, calls rerun in retry mode).
+func (g *Gateway) RegisterMetrics(reg prometheus.Registerer) error {
+	opts := func(name, help string) (prometheus.GaugeOpts, prometheus.CounterOpts) {
+		return prometheus.GaugeOpts{Namespace: "arbor", Subsystem: "nfs", Name: name, Help: help},
+			prometheus.CounterOpts{Namespace: "arbor", Subsystem: "nfs", Name: name, Help: help}
+	}
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		o, _ := opts(name, help)
+		return prometheus.NewGaugeFunc(o, f)
+	}
+	counter := func(name, help string, f func() float64) prometheus.Collector {
+		_, o := opts(name, help)
+		return prometheus.NewCounterFunc(o, f)
+	}
+	for _, c := range []prometheus.Collector{
+		gauge("window_size", "The congestion window: NFS calls the gateway runs at once (FSS §8).", func() float64 { return g.window.Stats().Size }),
+		gauge("calls_in_flight", "NFS calls running.", func() float64 { return float64(g.window.Stats().InFlight) }),
+		counter("calls_admitted_total", "NFS calls admitted by the congestion window.", func() float64 { return float64(g.window.Stats().Admitted) }),
+		counter("calls_refused_total", "NFS calls that found no place in the window before their deadline (answered JUKEBOX).", func() float64 { return float64(g.window.Stats().Refused) }),
+		counter("replies_replayed_total", "Retransmitted calls answered from the duplicate-request cache.", func() float64 { return float64(g.stats.Replayed.Load()) }),
+		counter("calls_retried_total", "Calls found started by another attempt and rerun in retry mode.", func() float64 { return float64(g.stats.Retried.Load()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("nfs: register metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // Logger returns the gateway's logger.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestWindow checks the congestion window against its contract: AIMD
@@ -62,5 +64,35 @@ func TestWindow(t *testing.T) {
 	}
 	if s := w.Stats(); s.Size != 8 {
 		t.Fatalf("after 1000 successes: %+v", s)
+	}
+}
+
+// TestMetrics checks that the gateway's figures register and read.
+func TestMetrics(t *testing.T) {
+	_, srv := startLocal(t)
+	c := dialRPC(t, srv.Addr())
+	root := c.mount("/default")
+	if st, _ := getattr(c, root); st != OK {
+		t.Fatal(st)
+	}
+	reg := prometheus.NewRegistry()
+	if err := srv.Gateway().RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		if m.GetGauge() != nil {
+			got[mf.GetName()] = m.GetGauge().GetValue()
+		} else {
+			got[mf.GetName()] = m.GetCounter().GetValue()
+		}
+	}
+	if len(got) != 6 || got["arbor_nfs_window_size"] < 32 || got["arbor_nfs_calls_admitted_total"] < 1 {
+		t.Fatalf("metrics: %v", got)
 	}
 }
