@@ -14,6 +14,7 @@ func newDebugNemesisCmd(a *app) *cobra.Command {
 	cfg := nemesis.Config{Cycles: nemesis.DefaultCycles, Nodes: nemesis.DefaultNodes,
 		HoldMin: nemesis.DefaultHoldMin, HoldMax: nemesis.DefaultHoldMax}
 	var seed string
+	var faultKinds []string
 	cmd := &cobra.Command{
 		Use:   "nemesis",
 		Short: "Run a dev cluster under a mixed workload through kill, restart and partition cycles, and check that nothing is lost",
@@ -54,6 +55,7 @@ random; the summary prints it).`,
 				return fmt.Errorf("find the arbor binary: %w", err)
 			}
 			cfg.Binary = self
+			cfg.Faults = faultKinds
 			cfg.Out = a.stdout
 			cfg.Logger = a.logger
 			cfg.ServerArgs = []string{"--log-format=" + a.logFormat, "--log-level=" + a.logLevel}
@@ -76,6 +78,8 @@ random; the summary prints it).`,
 	fl.IntVar(&cfg.Cycles, "cycles", cfg.Cycles, "fault cycles to run")
 	fl.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "nodes of the cluster (3 to 9)")
 	fl.StringVar(&seed, "seed", "", "seed of every choice (default $ARBOR_SEED, else random)")
+	fl.StringSliceVar(&faultKinds, "faults", nil, fmt.Sprintf("inject only these faults (default: all of %v)", nemesis.FaultKinds()))
+	fl.BoolVar(&cfg.DiskFull, "disk-full", false, "run the last node on a 1 GiB tmpfs of its own and add the fault that fills it (needs root)")
 	fl.DurationVar(&cfg.HoldMin, "hold-min", cfg.HoldMin, "shortest a fault lasts")
 	fl.DurationVar(&cfg.HoldMax, "hold-max", cfg.HoldMax, "longest a fault lasts")
 	fl.DurationVar(&cfg.CheckPatience, "check-patience", nemesis.DefaultCheckPatience, "how long a check may keep failing after a recovery before it counts as failed")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,7 +25,17 @@ const (
 	faultMinority = "partition" // two nodes cut off from the other three
 	faultSlow     = "slow-rpcs" // every node delays 30% of its RPCs by 5-80 ms
 	faultFlaky    = "flaky-rpcs"
+	faultDiskFull = "disk-full" // the small disk of the last node filled up (Config.DiskFull)
 )
+
+// FaultKinds lists every fault the nemesis knows, for Config.Faults.
+func FaultKinds() []string {
+	kinds := make([]string, len(faultWeights))
+	for i, f := range faultWeights {
+		kinds[i] = f.kind
+	}
+	return kinds
+}
 
 // faultWeights is how often each fault is chosen.
 var faultWeights = []struct {
@@ -32,7 +43,7 @@ var faultWeights = []struct {
 	weight int
 }{
 	{faultKill, 4}, {faultKillTwo, 2}, {faultRestart, 1}, {faultIsolate, 2},
-	{faultMinority, 2}, {faultSlow, 1}, {faultFlaky, 1},
+	{faultMinority, 2}, {faultSlow, 1}, {faultFlaky, 1}, {faultDiskFull, 1},
 }
 
 // Victims the nemesis aims at on purpose.
@@ -46,16 +57,31 @@ const (
 func (r *run) chooseFault() string {
 	total := 0
 	for _, f := range faultWeights {
-		total += f.weight
+		if r.faultEnabled(f.kind) {
+			total += f.weight
+		}
 	}
 	n := r.rng.IntN(total)
 	for _, f := range faultWeights {
+		if !r.faultEnabled(f.kind) {
+			continue
+		}
 		if n < f.weight {
 			return f.kind
 		}
 		n -= f.weight
 	}
 	return faultKill
+}
+
+// faultEnabled reports whether the run may inject kind: the disk-full
+// fault only with Config.DiskFull, every fault unless Config.Faults names
+// some.
+func (r *run) faultEnabled(kind string) bool {
+	if kind == faultDiskFull && !r.cfg.DiskFull {
+		return false
+	}
+	return len(r.cfg.Faults) == 0 || slices.Contains(r.cfg.Faults, kind)
 }
 
 // victim picks the node a fault hits: a quarter of the time each, the
@@ -147,6 +173,9 @@ func (r *run) cycle(ctx context.Context, n int) {
 	case faultFlaky:
 		what = "fail 3% and duplicate 2% of every node's RPCs"
 		err = r.setFaultsAll(ctx, fmt.Sprintf("fail=0.03,dup=0.02,seed=%d", faultSeed))
+	case faultDiskFull:
+		what = fmt.Sprintf("fill node %d's disk", r.disk.node)
+		err = r.disk.fill()
 	}
 	r.sum.fault(kind)
 	r.log.Info("nemesis: fault", "cycle", n, "fault", what, "hold", hold)
@@ -163,6 +192,16 @@ func (r *run) cycle(ctx context.Context, n int) {
 	if kind == faultSlow || kind == faultFlaky {
 		if err := r.setFaultsAll(ctx, "off"); err != nil {
 			r.sum.fail(n, "nemesis", fmt.Sprintf("turn faults off: %v", err))
+		}
+	}
+	if kind == faultDiskFull {
+		if err := r.disk.free(); err != nil {
+			r.sum.fail(n, "nemesis", fmt.Sprintf("free node %d's disk: %v", r.disk.node, err))
+		}
+		// A node that stopped on the full disk is started again (its exit
+		// is reported as a crash).
+		if nd, ok := r.cluster.Node(r.disk.node); ok && !nd.Running {
+			down = append(down, r.disk.node)
 		}
 	}
 	if open := r.openMountFiles(); len(open) > 0 {

@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/client"
@@ -55,6 +57,11 @@ type Config struct {
 	HoldMin, HoldMax time.Duration
 	// CheckPatience and RecoveryPatience (0: the defaults).
 	CheckPatience, RecoveryPatience time.Duration
+	// Faults, if set, limits the faults to these kinds (FaultKinds).
+	Faults []string
+	// DiskFull runs the last node on a small disk of its own (a 1 GiB
+	// tmpfs; root only) and adds the fault that fills it up.
+	DiskFull bool
 	// ServerArgs are extra `arbor server` arguments.
 	ServerArgs []string
 	// Out receives one line per cycle and the summary (nil: discarded).
@@ -97,6 +104,11 @@ func (c *Config) normalize() error {
 	if c.RecoveryPatience == 0 {
 		c.RecoveryPatience = DefaultRecoveryPatience
 	}
+	for _, f := range c.Faults {
+		if !slices.Contains(FaultKinds(), f) {
+			return fmt.Errorf("nemesis: unknown fault %q (faults: %v)", f, FaultKinds())
+		}
+	}
 	if c.Out == nil {
 		c.Out = io.Discard
 	}
@@ -120,6 +132,8 @@ type run struct {
 	wg      sync.WaitGroup
 
 	logOffsets map[uint64]int64 // how far scanLogs read each node's log
+	disk       *smallDisk       // the last node's small disk (Config.DiskFull)
+	current    atomic.Int64     // the cycle running
 
 	fs   []*fsWorker
 	blob *blobWorker
@@ -161,9 +175,20 @@ func (r *run) runAll(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if r.cfg.DiskFull {
+		last := uint64(r.cfg.Nodes)
+		nd, _ := r.cluster.Node(last)
+		if r.disk, err = mountSmallDisk(last, nd.Dir); err != nil {
+			r.cluster.Close()
+			return err
+		}
+	}
 	defer func() {
 		if cerr := r.cluster.Close(); cerr != nil {
 			r.log.Warn("stopping the cluster", "err", cerr)
+		}
+		if r.disk != nil {
+			r.disk.unmount()
 		}
 	}()
 	if err := r.cluster.Start(ctx); err != nil {
@@ -185,6 +210,7 @@ func (r *run) runAll(ctx context.Context) (err error) {
 	defer close(exits)
 
 	for i := 1; i <= r.cfg.Cycles && ctx.Err() == nil; i++ {
+		r.current.Store(int64(i))
 		r.cycle(ctx, i)
 	}
 	r.stopWorkers()
@@ -299,7 +325,12 @@ func (r *run) watchExits() chan struct{} {
 			case <-done:
 				return
 			case e := <-r.cluster.Exits():
-				r.sum.fail(0, "crash", fmt.Sprintf("node %d exited unexpectedly (%v); end of its log:\n%s", e.ID, e.Err, e.LogTail))
+				detail := fmt.Sprintf("node %d exited unexpectedly (%v); end of its log:\n%s", e.ID, e.Err, e.LogTail)
+				if strings.Contains(e.LogTail, "no space left on device") {
+					r.sum.known(int(r.current.Load()), "crash", diskFullIssue, detail)
+				} else {
+					r.sum.fail(int(r.current.Load()), "crash", detail)
+				}
 			}
 		}
 	}()

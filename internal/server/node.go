@@ -161,7 +161,7 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 
 	health := newHealth(cfg.NodeID, cfg.ClusterID)
 	n.gate = newRPCGate(cfg.NodeID)
-	n.grpcServer = grpc.NewServer(serverOptions(cfg, logger, inj, rm, n.gate)...)
+	n.grpcServer = grpc.NewServer(serverOptions(cfg, logger, inj, rm, n.gate, n.fail)...)
 	faultspb.RegisterAdminServer(n.grpcServer, faults.NewAdminServer(inj, logger))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -224,6 +224,21 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 		"domain", cfg.FailureDomain, "roles", cfg.Roles, "data_dir", cfg.DataDir, "version", info.Version, "pid", os.Getpid())
 	return n, nil
 }
+
+// fail stops the node from within: Run receives err and shuts the node
+// down. Only the first failures are kept; later ones are logged.
+func (n *Node) fail(err error) {
+	select {
+	case n.failed <- err:
+	default:
+		n.logger.Error("node failing", "err", err)
+	}
+}
+
+// Failed delivers the errors that made the node fail by itself (a server
+// that stopped serving, a fatal store error); Run shuts the node down on
+// the first.
+func (n *Node) Failed() <-chan error { return n.failed }
 
 // resolveAdvertise fills in the port of an advertise address that
 // inherited port 0 from the listen address, and re-checks the node's own

@@ -489,3 +489,52 @@ func TestNoRPCReachesAModuleBeforeItStarts(t *testing.T) {
 		t.Fatalf("%d calls reached the module while it was not running", n)
 	}
 }
+
+// panicService panics with its message on every call.
+type panicService struct {
+	testpb.UnimplementedTestServiceServer
+	msg *atomic.Value
+}
+
+func (s panicService) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
+	panic(s.msg.Load().(string))
+}
+
+// TestStoreFatalStopsTheNode: a handler's ordinary panic is answered
+// Internal and the node serves on; a panic of the store (pebble's fatal
+// error, as a full disk gives) also makes the node fail, so that Run stops
+// it instead of leaving it serving on a store it can no longer write (the
+// nemesis's disk-full fault left such a node registered but unable to
+// serve for minutes).
+func TestStoreFatalStopsTheNode(t *testing.T) {
+	var msg atomic.Value
+	msg.Store("boom")
+	mod := ModuleFuncs{ModuleName: "panicky", InitFunc: func(_ context.Context, env *Env) error {
+		testpb.RegisterTestServiceServer(env.GRPC, panicService{msg: &msg})
+		return nil
+	}}
+	n := startNode(t, testNodeConfig(t, 1, "c1", t.TempDir()), mod)
+	cc := toolConn(t, n.Addr(), "c1")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := testpb.NewTestServiceClient(cc).EmptyCall(ctx, &testpb.Empty{}); status.Code(err) != codes.Internal {
+		t.Fatalf("call that panics: %v, want Internal", err)
+	}
+	select {
+	case err := <-n.Failed():
+		t.Fatalf("an ordinary panic failed the node: %v", err)
+	default:
+	}
+	msg.Store("pebble: fatal commit error: write db/000004.log: no space left on device")
+	if _, err := testpb.NewTestServiceClient(cc).EmptyCall(ctx, &testpb.Empty{}); status.Code(err) != codes.Internal {
+		t.Fatalf("call whose store fails: %v, want Internal", err)
+	}
+	select {
+	case err := <-n.Failed():
+		if !strings.Contains(err.Error(), "no space left on device") {
+			t.Fatalf("failure = %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("a fatal store error did not fail the node")
+	}
+}

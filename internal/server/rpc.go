@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,49 +78,71 @@ func clusterStreamServerInterceptor(clusterID string, nodeID uint64) grpc.Stream
 
 // recoveryUnaryServerInterceptor turns a handler panic into an Internal
 // error and logs it with its stack, so one bad request cannot kill a node
-// that serves many.
-func recoveryUnaryServerInterceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
+// that serves many. A panic of the node's store is different: the store
+// cannot be used any more (pebble's fatal errors: a failed commit, a full
+// disk), so it is handed to fatal, which stops the node (fail-stop; its
+// supervisor restarts it) instead of leaving it serving on a dead store.
+func recoveryUnaryServerInterceptor(logger *slog.Logger, fatal func(error)) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				err = recovered(logger, info.FullMethod, r)
+				err = recovered(logger, fatal, info.FullMethod, r)
 			}
 		}()
 		return handler(ctx, req)
 	}
 }
 
-func recoveryStreamServerInterceptor(logger *slog.Logger) grpc.StreamServerInterceptor {
+func recoveryStreamServerInterceptor(logger *slog.Logger, fatal func(error)) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				err = recovered(logger, info.FullMethod, r)
+				err = recovered(logger, fatal, info.FullMethod, r)
 			}
 		}()
 		return handler(srv, ss)
 	}
 }
 
-func recovered(logger *slog.Logger, method string, r any) error {
+func recovered(logger *slog.Logger, fatal func(error), method string, r any) error {
 	logger.Error("panic in gRPC handler", "method", method, "panic", r, "stack", string(debug.Stack()))
+	if storeFatal(r) {
+		fatal(fmt.Errorf("the store failed in %s: %v", method, r))
+	}
 	return status.Errorf(codes.Internal, "internal error in %s", method)
+}
+
+// storeFatal reports whether a panic is the node's store giving up: pebble
+// reports a fatal error through its logger's Fatalf, which panics with the
+// message (internal/raftengine store.go); its messages start "pebble:".
+func storeFatal(r any) bool {
+	var msg string
+	switch v := r.(type) {
+	case string:
+		msg = v
+	case error:
+		msg = v.Error()
+	default:
+		return false
+	}
+	return strings.HasPrefix(msg, "pebble:")
 }
 
 // serverOptions are the gRPC server options of a node: interceptors in the
 // order metrics, recovery, cluster check, faults (partitions and stream
 // faults), module gate (no call reaches a module that is not running).
-func serverOptions(cfg Config, logger *slog.Logger, inj *faults.Injector, rm *rpcMetrics, gate *rpcGate) []grpc.ServerOption {
+func serverOptions(cfg Config, logger *slog.Logger, inj *faults.Injector, rm *rpcMetrics, gate *rpcGate, fatal func(error)) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(
 			rm.unaryInterceptor(),
-			recoveryUnaryServerInterceptor(logger),
+			recoveryUnaryServerInterceptor(logger, fatal),
 			clusterUnaryServerInterceptor(cfg.ClusterID, cfg.NodeID),
 			inj.UnaryServerInterceptor(),
 			gate.unaryInterceptor(),
 		),
 		grpc.ChainStreamInterceptor(
 			rm.streamInterceptor(),
-			recoveryStreamServerInterceptor(logger),
+			recoveryStreamServerInterceptor(logger, fatal),
 			clusterStreamServerInterceptor(cfg.ClusterID, cfg.NodeID),
 			inj.StreamServerInterceptor(),
 			gate.streamInterceptor(),
