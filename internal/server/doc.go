@@ -44,6 +44,6 @@
 //     Start has returned, and again once its Stop begins (rpcGate).
 //  7. A handler's panic is answered codes.Internal and the node serves
 //     on, except a panic of the store (pebble's fatal errors: a failed
-//     commit, a full disk), which stops the node: it fails rather than
-//     serve on a store it can no longer write.
+//     commit, a full disk), which crashes the process: it fails rather
+//     than serve on a store it can no longer write.
 package server

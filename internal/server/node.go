@@ -161,7 +161,7 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 
 	health := newHealth(cfg.NodeID, cfg.ClusterID)
 	n.gate = newRPCGate(cfg.NodeID)
-	n.grpcServer = grpc.NewServer(serverOptions(cfg, logger, inj, rm, n.gate, n.fail)...)
+	n.grpcServer = grpc.NewServer(serverOptions(cfg, logger, inj, rm, n.gate, crashOnStoreFailure(logger))...)
 	faultspb.RegisterAdminServer(n.grpcServer, faults.NewAdminServer(inj, logger))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -225,20 +225,18 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 	return n, nil
 }
 
-// fail stops the node from within: Run receives err and shuts the node
-// down. Only the first failures are kept; later ones are logged.
-func (n *Node) fail(err error) {
-	select {
-	case n.failed <- err:
-	default:
-		n.logger.Error("node failing", "err", err)
+// crashOnStoreFailure returns what a gRPC handler's store panic does: the
+// process crashes, as it does when the raft engine's own commit hits the
+// same fatal error. Nothing can be shut down cleanly over a store that
+// refuses writes (a graceful shutdown waits on it), and a node left
+// serving on it stays registered but cannot serve (the nemesis's disk-full
+// fault found such a node); a crashed node is restarted by its supervisor.
+func crashOnStoreFailure(logger *slog.Logger) func(error) {
+	return func(err error) {
+		logger.Error("the node's store failed; crashing", "err", err)
+		go func() { panic(err) }()
 	}
 }
-
-// Failed delivers the errors that made the node fail by itself (a server
-// that stopped serving, a fatal store error); Run shuts the node down on
-// the first.
-func (n *Node) Failed() <-chan error { return n.failed }
 
 // resolveAdvertise fills in the port of an advertise address that
 // inherited port 0 from the listen address, and re-checks the node's own
