@@ -212,6 +212,9 @@ func (r *run) runAll(ctx context.Context) (err error) {
 	for i := 1; i <= r.cfg.Cycles && ctx.Err() == nil; i++ {
 		r.current.Store(int64(i))
 		r.cycle(ctx, i)
+		r.sum.mu.Lock()
+		r.sum.CyclesRun = i
+		r.sum.mu.Unlock()
 	}
 	r.stopWorkers()
 	if ctx.Err() != nil {

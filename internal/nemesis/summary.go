@@ -18,6 +18,8 @@ type Summary struct {
 	Seed   uint64
 	Nodes  int
 	Cycles int
+	// CyclesRun is how many cycles ran (fewer than Cycles if interrupted).
+	CyclesRun int
 	// Duration is the whole run's, start-up and final checks included.
 	Duration time.Duration
 
@@ -209,7 +211,7 @@ func (s *Summary) brief() string {
 func (s *Summary) Print(w io.Writer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fmt.Fprintf(w, "nemesis summary: seed %d, %d nodes, %d cycles in %v\n", s.Seed, s.Nodes, s.Cycles, s.Duration.Round(time.Second))
+	fmt.Fprintf(w, "nemesis summary: seed %d, %d nodes, %d of %d cycles in %v\n", s.Seed, s.Nodes, s.CyclesRun, s.Cycles, s.Duration.Round(time.Second))
 	fmt.Fprintf(w, "operations (acknowledged / failed):\n")
 	for _, name := range slices.Sorted(maps.Keys(s.Ops)) {
 		c := s.Ops[name]
