@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/btree/btreetest"
+	"github.com/arbor-storage/arbor/internal/testseed"
 )
 
 // The model tests run over the in-memory twin, with small pages (a few
@@ -105,23 +104,11 @@ func (e *modelEnv) outages(seed uint64) (stop func()) {
 	}
 }
 
-func testSeed(t testing.TB) uint64 {
-	if s := os.Getenv("BTREE_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	return uint64(time.Now().UnixNano())
-}
-
 // TestModelSequential runs one client against the map model under every
 // store fault, checking every result, the atomicity of every ambiguous
 // transaction, and the final state.
 func TestModelSequential(t *testing.T) {
-	seed := testSeed(t)
-	t.Logf("seed %d (BTREE_SEED=%d to replay)", seed, seed)
+	seed := testseed.Seed(t)
 	env := newModelEnv(t, seed)
 	tr := env.open(t)
 	defer tr.Close()
@@ -152,8 +139,7 @@ func TestModelSequential(t *testing.T) {
 // the history must linearize against the map model and the tree must check
 // clean.
 func TestModelConcurrent(t *testing.T) {
-	seed := testSeed(t)
-	t.Logf("seed %d (BTREE_SEED=%d to replay)", seed, seed)
+	seed := testseed.Seed(t)
 	rounds := 4
 	if testing.Short() {
 		rounds = 1

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/testseed"
 )
 
 // model is a deliberately naive reference of the nodes, leases and the
@@ -194,8 +194,7 @@ func randomCommand(rng *rand.Rand, m *model, now int64) *pb.Command {
 // clock that sometimes steps back, and compares every outcome and the final
 // state with the model.
 func TestStateMachineAgainstModel(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	for run := range 20 {
 		rng := rand.New(rand.NewPCG(seed, uint64(run)))
 		r := newReplica(t)

@@ -18,6 +18,7 @@ import (
 
 	pb "github.com/arbor-storage/arbor/internal/extent/extentpb"
 	"github.com/arbor-storage/arbor/internal/faults"
+	"github.com/arbor-storage/arbor/internal/testseed"
 )
 
 // The model: accounts. Each group is modelPages pages spread over three
@@ -328,11 +329,7 @@ func TestModelCheckedWorkload(t *testing.T) {
 		}
 		target = n
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("ARBOR_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (rerun with ARBOR_SEED=%d)", seed, seed)
+	seed := testseed.Seed(t)
 
 	clientFaults, err := faults.New(faults.Options{Config: faults.Config{Seed: seed}})
 	if err != nil {

@@ -114,7 +114,6 @@ func wantErrno(t testing.TB, err error, want syscall.Errno) {
 // transactions that conflict now and then.
 func TestModel(t *testing.T) {
 	seed := fsclienttest.Seed(t)
-	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
 	steps := 3000
 	if testing.Short() {
 		steps = 800

@@ -214,7 +214,6 @@ func (x *clusterFS) Check(ctx context.Context) (*fs.CheckReport, error) {
 // servers' tables.
 func TestServersModel(t *testing.T) {
 	seed := fsclienttest.Seed(t)
-	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
 	c := newTestCluster(t, 3)
 	x := c.newFS("model")
 	steps := 1500
@@ -232,7 +231,6 @@ func TestServersModel(t *testing.T) {
 // every operation is applied exactly once.
 func TestServersModelOwnerKills(t *testing.T) {
 	seed := fsclienttest.Seed(t)
-	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
 	c := newTestCluster(t, 3)
 	x := c.newFS("kills")
 	steps := 1200
@@ -273,7 +271,6 @@ func TestServersModelOwnerKills(t *testing.T) {
 // once, and fsck is clean after.
 func TestServersModelMovesSplitsKills(t *testing.T) {
 	seed := fsclienttest.Seed(t)
-	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
 	c := newTestCluster(t, 3)
 	x := c.newFS("chaos")
 	steps := 1500

@@ -153,7 +153,6 @@ func (e *storeEnv) Check(ctx context.Context) (*fs.CheckReport, error) {
 // freezing and thawing its table.
 func TestStoreModel(t *testing.T) {
 	seed := fsclienttest.Seed(t)
-	t.Logf("seed %d (ARBOR_FS_SEED to replay)", seed)
 	steps := 2000
 	if testing.Short() {
 		steps = 600

@@ -8,13 +8,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/arbor-storage/arbor/internal/testseed"
 )
 
 // counterInput is one operation on a counter key: an increment (which
@@ -78,11 +78,7 @@ var counterModel = porcupine.NondeterministicModel{
 // rounds stall.
 // The history must be linearizable and the replicas must converge.
 func TestLinearizableUnderFaults(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("ARBOR_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (rerun with ARBOR_SEED=%d)", seed, seed)
+	seed := testseed.Seed(t)
 	const (
 		clients   = 6
 		minOps    = 1200

@@ -10,7 +10,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,16 +27,10 @@ import (
 	"github.com/arbor-storage/arbor/internal/directory"
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/raftengine/enginepb"
+	"github.com/arbor-storage/arbor/internal/testseed"
 )
 
-func seedOf(t *testing.T) uint64 {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("ARBOR_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (rerun with ARBOR_SEED=%d)", seed, seed)
-	return seed
-}
+func seedOf(t *testing.T) uint64 { return testseed.Seed(t) }
 
 func dial(t *testing.T, c *devcluster.Cluster) *directory.Client {
 	t.Helper()

@@ -15,6 +15,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/btree/btreetest"
 	"github.com/arbor-storage/arbor/internal/extent"
 	"github.com/arbor-storage/arbor/internal/faults"
+	"github.com/arbor-storage/arbor/internal/testseed"
 )
 
 // Small geometries, as in the B-tree's own model tests: 512-byte pages (the
@@ -26,17 +27,6 @@ var (
 )
 
 const tenant = 7
-
-func testSeed(t testing.TB) uint64 {
-	if s := os.Getenv("BTREE_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	return uint64(time.Now().UnixNano())
-}
 
 // env is a 3-node extent store with two extents replicated on all nodes,
 // and a B-tree created in the first.
@@ -191,8 +181,7 @@ func injector(t testing.TB, seed uint64, fail float64) *faults.Injector {
 // TestModelSequentialOnExtents: the sequential model test on real extents,
 // with 2% of the client's calls failing (request or reply lost).
 func TestModelSequentialOnExtents(t *testing.T) {
-	seed := testSeed(t)
-	t.Logf("seed %d (BTREE_SEED=%d to replay)", seed, seed)
+	seed := testseed.Seed(t)
 	e := newEnv(t, seed)
 	inj := injector(t, seed, 0)
 	tr := e.open(t, inj)
@@ -222,8 +211,7 @@ func TestModelSequentialOnExtents(t *testing.T) {
 // history must linearize and the tree check clean. BTREE_MODEL_ROUNDS sets
 // the rounds (default 3, 1 with -short) for longer runs.
 func TestModelConcurrentOnExtents(t *testing.T) {
-	seed := testSeed(t)
-	t.Logf("seed %d (BTREE_SEED=%d to replay)", seed, seed)
+	seed := testseed.Seed(t)
 	e := newEnv(t, seed)
 	var injMu sync.Mutex
 	var injs []*faults.Injector

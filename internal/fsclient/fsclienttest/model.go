@@ -11,7 +11,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path"
 	"slices"
 	"sort"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/arbor-storage/arbor/internal/fs"
 	"github.com/arbor-storage/arbor/internal/fsclient"
+	"github.com/arbor-storage/arbor/internal/testseed"
 )
 
 // System is a file system under test.
@@ -66,17 +66,9 @@ type Report struct {
 	Tracts  int
 }
 
-// Seed returns ARBOR_FS_SEED if set, else a random seed.
-func Seed(t testing.TB) uint64 {
-	if s := os.Getenv("ARBOR_FS_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	return rand.Uint64()
-}
+// Seed returns the test's seed: ARBOR_SEED if set, else a random one
+// (internal/testseed, the one seed of every randomised test).
+func Seed(t testing.TB) uint64 { return testseed.Seed(t) }
 
 // Run runs random operations against sys and the model, one at a time,
 // comparing every result and, now and then, the whole tree and every
