@@ -6,11 +6,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/raftengine/raftenginetest"
 )
 
 func TestRepeatedRequestAppliesOnce(t *testing.T) {
 	sm := NewStateMachine()
-	kv := newMemKV()
+	kv := raftenginetest.NewMemKV()
 	apply := func(index uint64, id string, value string, expected uint64) *pb.CommandResult {
 		t.Helper()
 		cmd := &pb.Command{NowUnixMs: 1000, RequestId: []byte(id), Op: &pb.Command_PutConfig{PutConfig: &pb.PutConfigRequest{
@@ -34,7 +35,7 @@ func TestRepeatedRequestAppliesOnce(t *testing.T) {
 	if r := apply(2, "req-b", "two", 1); r.Code != pb.ErrorCode_OK {
 		t.Fatalf("second writer: %v", r)
 	}
-	before := kv.clone()
+	before := kv.Clone()
 	// The first request arrives again (a retry after a lost reply, or a
 	// duplicated RPC): it gets its first result and changes nothing, where
 	// executing it again would have failed its condition.
@@ -42,7 +43,7 @@ func TestRepeatedRequestAppliesOnce(t *testing.T) {
 	if !proto.Equal(again, first) {
 		t.Fatalf("repeat got %v, want the first result %v", again, first)
 	}
-	if !kv.equal(before) {
+	if !kv.Equal(before) {
 		t.Fatal("a repeated request changed the state")
 	}
 	if e, _ := sm.Config("k"); string(e.GetValue()) != "two" {
@@ -59,7 +60,7 @@ func TestRepeatedRequestAppliesOnce(t *testing.T) {
 }
 
 func TestRequestsAreForgottenAfterTheWindow(t *testing.T) {
-	kv := newMemKV()
+	kv := raftenginetest.NewMemKV()
 	res := &pb.CommandResult{}
 	var pruned uint64
 	if err := rememberRequest(kv, 10, []byte("old"), res, &pruned); err != nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/raftengine/raftenginetest"
 )
 
 // replica is one state machine over its own key space, applying commands at
@@ -21,17 +22,17 @@ import (
 type replica struct {
 	t     testing.TB
 	sm    *StateMachine
-	kv    *memKV
+	kv    *raftenginetest.MemKV
 	index uint64
 }
 
 func newReplica(t testing.TB) *replica {
-	return &replica{t: t, sm: NewStateMachine(), kv: newMemKV()}
+	return &replica{t: t, sm: NewStateMachine(), kv: raftenginetest.NewMemKV()}
 }
 
 func (r *replica) applyRaw(data []byte) *pb.CommandResult {
 	r.t.Helper()
-	before, beforeDump := r.kv.clone(), dump(r.sm)
+	before, beforeDump := r.kv.Clone(), dump(r.sm)
 	r.index++
 	res, err := r.sm.Apply(r.kv, r.index, data)
 	if err != nil {
@@ -39,7 +40,7 @@ func (r *replica) applyRaw(data []byte) *pb.CommandResult {
 	}
 	result := res.(*pb.CommandResult)
 	if result.Code != pb.ErrorCode_OK {
-		if !r.kv.equal(before) {
+		if !r.kv.Equal(before) {
 			r.t.Fatalf("apply %d failed with %v but changed the key space", r.index, result.Code)
 		}
 		if d := dump(r.sm); d != beforeDump {

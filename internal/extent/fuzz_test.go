@@ -110,9 +110,9 @@ func FuzzApply(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h := newSMHarness(t, testExtent, smallGeometry())
 		h.mustCommit(Allocate(testExtent, 1))
-		before := h.kv.dump()
+		before := h.kv.Dump()
 		res := h.applyRaw(data)
-		if res.Code != pb.Code_CODE_OK && h.kv.dump() != before {
+		if res.Code != pb.Code_CODE_OK && h.kv.Dump() != before {
 			t.Fatalf("refused command (%v: %s) changed the state", res.Code, res.Message)
 		}
 		if res.Code == pb.Code_CODE_OK {

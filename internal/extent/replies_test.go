@@ -25,13 +25,13 @@ func TestRepeatedRequestRunsOnce(t *testing.T) {
 	if first.Code != pb.Code_CODE_OK {
 		t.Fatalf("first: %v %s", first.Code, first.Message)
 	}
-	before := h.kv.dump()
+	before := h.kv.Dump()
 	again := h.apply(proto.CloneOf(cmd))
 	if again.Code != pb.Code_CODE_OK || again.Index != first.Index || again.Results[0].Slot != first.Results[0].Slot {
 		t.Fatalf("repeat answered %v at %d slot %d, want the first reply (index %d slot %d)",
 			again.Code, again.Index, again.Results[0].Slot, first.Index, first.Results[0].Slot)
 	}
-	if after := h.kv.dump(); after != before {
+	if after := h.kv.Dump(); after != before {
 		t.Fatalf("the repeat wrote:\nbefore %s\nafter  %s", before, after)
 	}
 	if h.sm.Stats().Repeats != 1 {
@@ -57,11 +57,11 @@ func TestRepeatedRequestRunsOnce(t *testing.T) {
 	// is refused the same way even once the write would succeed.
 	bad := commitCmd(Write(blk.WithPage(2), 12345, []byte("x")))
 	bad.RequestId = 7
-	before = h.kv.dump()
+	before = h.kv.Dump()
 	if r := h.apply(proto.CloneOf(bad)); r.Code != pb.Code_CODE_CONFLICT {
 		t.Fatalf("bad slot: %v", r.Code)
 	}
-	after := h.kv.dump()
+	after := h.kv.Dump()
 	if strings.Count(after, "\n")-strings.Count(before, "\n") != 2 {
 		t.Fatalf("a refusal wrote more than its reply, its expiry entry and meta:\nbefore %s\nafter  %s", before, after)
 	}
@@ -89,16 +89,16 @@ func TestRememberedRepliesExpireAndAreBounded(t *testing.T) {
 	for id := uint64(1); id <= 5; id++ {
 		write(id, 1)
 	}
-	if n := len(h.kv.keys([]byte{prefixReply}, []byte{prefixReply + 1})); n != 5 {
+	if n := len(h.kv.Keys([]byte{prefixReply}, []byte{prefixReply + 1})); n != 5 {
 		t.Fatalf("%d replies remembered, want 5", n)
 	}
 	// Past the memory, the next command collects them all.
 	h.now += replyMemory + 1
 	write(6, 2)
-	if ks := h.kv.keys([]byte{prefixReply}, []byte{prefixReply + 1}); len(ks) != 1 {
+	if ks := h.kv.Keys([]byte{prefixReply}, []byte{prefixReply + 1}); len(ks) != 1 {
 		t.Fatalf("after expiry %d replies left, want only the newest", len(ks))
 	}
-	if ks := h.kv.keys([]byte{prefixReplyExpiry}, []byte{prefixReplyExpiry + 1}); len(ks) != 1 {
+	if ks := h.kv.Keys([]byte{prefixReplyExpiry}, []byte{prefixReplyExpiry + 1}); len(ks) != 1 {
 		t.Fatalf("after expiry %d expiry entries left, want 1", len(ks))
 	}
 	meta, _ := loadMeta(h.kv)
@@ -130,7 +130,7 @@ func TestRememberedRepliesBound(t *testing.T) {
 		}
 		slot = r.Results[0].Slot
 	}
-	ks := h.kv.keys([]byte{prefixReply}, []byte{prefixReply + 1})
+	ks := h.kv.Keys([]byte{prefixReply}, []byte{prefixReply + 1})
 	if len(ks) != maxRememberedReplies {
 		t.Fatalf("%d replies kept, want the bound %d", len(ks), maxRememberedReplies)
 	}

@@ -117,7 +117,7 @@ func TestMPSCIsAllOrNothing(t *testing.T) {
 		t.Fatalf("slots %d %d, want both %d: one raft entry", rs[0].Slot, rs[1].Slot, h.index)
 	}
 	sa := rs[0].Slot
-	before := h.kv.dump()
+	before := h.kv.Dump()
 	for name, elems := range map[string][]Element{
 		"stale slot":      {Write(a, sa, []byte("a2")), Write(b, sa-1, []byte("b2"))},
 		"failed check":    {Write(a, sa, []byte("a2")), Check(b, 3)},
@@ -129,7 +129,7 @@ func TestMPSCIsAllOrNothing(t *testing.T) {
 		if res.Code == pb.Code_CODE_OK {
 			t.Fatalf("%s: committed", name)
 		}
-		if after := h.kv.dump(); after != before {
+		if after := h.kv.Dump(); after != before {
 			t.Fatalf("%s (%v): state changed", name, res.Code)
 		}
 	}
@@ -151,7 +151,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	for i := range sixteen {
 		sixteen[i] = Check(blk.WithPage(uint64(i%4)), 0)
 	}
-	before := h.kv.dump()
+	before := h.kv.Dump()
 	oversize := make([]byte, g.PageSizeBytes+1)
 	for name, tc := range map[string]struct {
 		cmd  *pb.Command
@@ -180,14 +180,14 @@ func TestBadInputChangesNothing(t *testing.T) {
 		if res.Code != pb.Code_CODE_INVALID_ARGUMENT || !strings.Contains(res.Message, tc.want) {
 			t.Errorf("%s: %v %q, want INVALID_ARGUMENT mentioning %q", name, res.Code, res.Message, tc.want)
 		}
-		if after := h.kv.dump(); after != before {
+		if after := h.kv.Dump(); after != before {
 			t.Fatalf("%s: state changed", name)
 		}
 	}
 	if res := h.applyRaw([]byte{0xff, 0xff, 0xff}); res.Code != pb.Code_CODE_INVALID_ARGUMENT {
 		t.Errorf("undecodable command: %v", res.Code)
 	}
-	if h.kv.dump() != before {
+	if h.kv.Dump() != before {
 		t.Fatal("undecodable command changed the state")
 	}
 	if _, code := h.read(blk.WithPage(g.Pages() + 3)); code != pb.Code_CODE_INVALID_ARGUMENT {
@@ -296,7 +296,7 @@ func TestTxnStepsOnReplicas(t *testing.T) {
 		t.Fatalf("release: %v", res.Record.State)
 	}
 	// Repeats change nothing.
-	before := a.kv.dump()
+	before := a.kv.Dump()
 	for _, k := range []pb.StepKind{pb.StepKind_STEP_KIND_DECIDE_RELEASE, pb.StepKind_STEP_KIND_FENCE} {
 		if r := a.step(k, 77, 0, 0, exp); r.Code != pb.Code_CODE_OK || r.Record.State != pb.TxnState_TXN_STATE_COMMITTED {
 			t.Fatalf("repeated %v: %v %v", k, r.Code, r.Record.State)
@@ -305,7 +305,7 @@ func TestTxnStepsOnReplicas(t *testing.T) {
 	if r := a.step(pb.StepKind_STEP_KIND_PREPARE, 77, 0, eb, exp, Check(pa, 0)); r.Code != pb.Code_CODE_ABORTED {
 		t.Fatalf("prepare of a finished transaction: %v", r.Code)
 	}
-	if a.kv.dump() != before {
+	if a.kv.Dump() != before {
 		t.Fatal("repeated steps changed the state")
 	}
 
@@ -314,7 +314,7 @@ func TestTxnStepsOnReplicas(t *testing.T) {
 	if p, _ := a.read(pa); p.Slot != slotA {
 		t.Fatalf("slot of page A %d, want %d", p.Slot, slotA)
 	}
-	before = a.kv.dump()
+	before = a.kv.Dump()
 	r78 := a.step(pb.StepKind_STEP_KIND_PREPARE, 78, 0, eb, exp, Write(pa, slotA, []byte("never")), Allocate(ea, 9))
 	if r78.Code != pb.Code_CODE_OK {
 		t.Fatalf("prepare 78: %v %s", r78.Code, r78.Message)
@@ -330,7 +330,7 @@ func TestTxnStepsOnReplicas(t *testing.T) {
 	if r.Record.State != pb.TxnState_TXN_STATE_ABORTED {
 		t.Fatalf("abort: %v", r.Record.State)
 	}
-	after := a.kv.dump()
+	after := a.kv.Dump()
 	// Only the tombstone, its gc entry and the bookkeeping differ.
 	if p, code := a.read(pa); code != pb.Code_CODE_OK || string(p.Data) != "A" || p.Slot != slotA {
 		t.Fatalf("aborted write visible: %q %d %v", p.Data, p.Slot, code)
@@ -380,16 +380,16 @@ func TestTombstonesAreCollected(t *testing.T) {
 	if rec, _ := h.sm.QueryTxn(42); rec.State != pb.TxnState_TXN_STATE_NONE {
 		t.Fatalf("tombstone not collected: %v", rec.State)
 	}
-	for _, k := range h.kv.keys([]byte{prefixGC}, []byte{prefixGC + 1}) {
+	for _, k := range h.kv.Keys([]byte{prefixGC}, []byte{prefixGC + 1}) {
 		t.Fatalf("gc entry left: %x", k)
 	}
 	// A fence after expiry writes no tombstone but moves the clock, so no
 	// prepare of the transaction can follow.
-	before := len(h.kv.m)
+	before := h.kv.Len()
 	if r := h.step(pb.StepKind_STEP_KIND_FENCE, 43, 0, 0, h.now-10); r.Record.State != pb.TxnState_TXN_STATE_ABORTED {
 		t.Fatalf("late fence: %v", r.Record.State)
 	}
-	if len(h.kv.m) != before {
+	if h.kv.Len() != before {
 		t.Fatal("late fence wrote a tombstone")
 	}
 	h.now = 1 // a leader with a slow clock

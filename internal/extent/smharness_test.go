@@ -1,82 +1,19 @@
 package extent
 
 import (
-	"bytes"
-	"fmt"
-	"sort"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/arbor-storage/arbor/internal/extent/extentpb"
-	"github.com/arbor-storage/arbor/internal/raftengine"
+	"github.com/arbor-storage/arbor/internal/raftengine/raftenginetest"
 )
-
-// memKV is a raftengine.Writer over a sorted map: the state machine's key
-// space without an engine, so its core can be driven step by step.
-type memKV struct{ m map[string][]byte }
-
-func newMemKV() *memKV { return &memKV{m: map[string][]byte{}} }
-
-func (kv *memKV) Get(key []byte) ([]byte, error) {
-	v, ok := kv.m[string(key)]
-	if !ok {
-		return nil, raftengine.ErrNotFound
-	}
-	return bytes.Clone(v), nil
-}
-
-func (kv *memKV) keys(start, end []byte) []string {
-	var ks []string
-	for k := range kv.m {
-		if k >= string(start) && (end == nil || k < string(end)) {
-			ks = append(ks, k)
-		}
-	}
-	sort.Strings(ks)
-	return ks
-}
-
-func (kv *memKV) Scan(start, end []byte, fn func(key, value []byte) error) error {
-	for _, k := range kv.keys(start, end) {
-		if err := fn([]byte(k), kv.m[k]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (kv *memKV) Set(key, value []byte) error {
-	kv.m[string(key)] = bytes.Clone(value)
-	return nil
-}
-
-func (kv *memKV) Delete(key []byte) error {
-	delete(kv.m, string(key))
-	return nil
-}
-
-func (kv *memKV) DeleteRange(start, end []byte) error {
-	for _, k := range kv.keys(start, end) {
-		delete(kv.m, k)
-	}
-	return nil
-}
-
-// dump is the whole key space, for comparing states.
-func (kv *memKV) dump() string {
-	var b bytes.Buffer
-	for _, k := range kv.keys(nil, nil) {
-		fmt.Fprintf(&b, "%x=%x\n", k, kv.m[k])
-	}
-	return b.String()
-}
 
 // smHarness drives one replica's state machine directly.
 type smHarness struct {
 	t     *testing.T
 	sm    *StateMachine
-	kv    *memKV
+	kv    *raftenginetest.MemKV
 	index uint64
 	now   int64
 }
@@ -97,7 +34,7 @@ func newSMHarness(t *testing.T, id uint64, g Geometry) *smHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &smHarness{t: t, sm: raw.(*StateMachine), kv: newMemKV(), index: 10, now: 1_000_000}
+	h := &smHarness{t: t, sm: raw.(*StateMachine), kv: raftenginetest.NewMemKV(), index: 10, now: 1_000_000}
 	if err := h.sm.Load(h.kv); err != nil {
 		t.Fatal(err)
 	}
