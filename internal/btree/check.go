@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -290,4 +291,22 @@ func hiString(hi []byte, inf bool) string {
 		return "+inf"
 	}
 	return fmt.Sprintf("%q", hi)
+}
+
+// invariantCheckTimeout bounds the whole-tree check that the invariants
+// build runs after every commit.
+const invariantCheckTimeout = 30 * time.Second
+
+// checkInvariants runs Check after a commit in the invariants build
+// (internal/invariants) and panics on a problem that stays. A Check that
+// cannot read the tree (a faulty or unavailable store) proves nothing and
+// is ignored.
+func (t *Tree) checkInvariants() {
+	ctx, cancel := context.WithTimeout(context.Background(), invariantCheckTimeout)
+	defer cancel()
+	rep, err := t.Check(ctx)
+	if err != nil || rep.OK() {
+		return
+	}
+	panic(fmt.Sprintf("btree: invariant violated after a commit: %s", strings.Join(rep.Problems, "; ")))
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/arbor-storage/arbor/internal/invariants"
 	"math/rand/v2"
 	"slices"
 )
@@ -793,6 +794,9 @@ func (t *Tree) runMode(ctx context.Context, readOnly, perPage bool, fn func(*Txn
 		if err == nil {
 			if err = tx.commit(); err == nil {
 				tx.afterCommit()
+				if invariants.Enabled && !readOnly {
+					t.checkInvariants()
+				}
 				return nil
 			}
 		}

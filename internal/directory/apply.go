@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"github.com/arbor-storage/arbor/internal/invariants"
 	"github.com/arbor-storage/arbor/internal/raftengine"
 )
 
@@ -55,6 +56,12 @@ func (sm *StateMachine) Apply(w raftengine.Writer, index uint64, data []byte) (a
 	}
 	sm.st.clockUnixMs = a.now
 	sm.mu.Unlock()
+	if invariants.Enabled {
+		// Apply runs on one goroutine: the state is read without the lock.
+		if err := sm.st.checkInvariants(); err != nil {
+			panic(fmt.Sprintf("directory: after applying index %d (%T): %v", index, cmd.Op, err))
+		}
+	}
 	return res, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/btree/btreetest"
 	"github.com/arbor-storage/arbor/internal/extent"
+	"github.com/arbor-storage/arbor/internal/extent/extenttest"
 	"github.com/arbor-storage/arbor/internal/faults"
 	"github.com/arbor-storage/arbor/internal/testseed"
 )
@@ -28,20 +30,31 @@ var (
 
 const tenant = 7
 
+// newCluster is a 3-node in-process extent store (extenttest), quiet: node
+// kills log errors by design (ARBOR_TEST_DEBUG shows everything).
+func newCluster(t *testing.T, seed uint64) *extenttest.Cluster {
+	level := slog.LevelError + 4
+	if os.Getenv("ARBOR_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return extenttest.NewCluster(t, extenttest.Options{Nodes: 3, Seed: seed,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))})
+}
+
 // env is a 3-node extent store with two extents replicated on all nodes,
 // and a B-tree created in the first.
 type env struct {
-	c       *cluster
+	c       *extenttest.Cluster
 	extents []uint64
 	root    btree.PageRef
 }
 
 func newEnv(t *testing.T, seed uint64) *env {
 	t.Helper()
-	c := newCluster(t, 3, seed)
+	c := newCluster(t, seed)
 	e := &env{c: c}
-	e.extents = []uint64{c.createExtent(smallGeometry, 1, 2, 3), c.createExtent(largeGeometry, 1, 2, 3)}
-	store := New(c.client(nil))
+	e.extents = []uint64{c.CreateExtent(smallGeometry, 1, 2, 3), c.CreateExtent(largeGeometry, 1, 2, 3)}
+	store := New(c.Client(nil))
 	var err error
 	for try := 0; try < 50; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -60,7 +73,7 @@ func newEnv(t *testing.T, seed uint64) *env {
 func (e *env) open(t testing.TB, inj *faults.Injector) *btree.Tree {
 	t.Helper()
 	tr, err := btree.Open(context.Background(), btree.Config{
-		Store: New(e.c.client(inj)), Root: e.root, Extents: e.extents,
+		Store: New(e.c.Client(inj)), Root: e.root, Extents: e.extents,
 		MaxKeyBytes: 16, MaxValueBytes: 64, MaxAttempts: 200,
 		MinBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 	})
@@ -76,9 +89,9 @@ func (e *env) open(t testing.TB, inj *faults.Injector) *btree.Tree {
 func TestAdapterMPSC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := newCluster(t, 3, 1)
-	ext := c.createExtent(largeGeometry, 1, 2, 3)
-	s := New(c.client(nil))
+	c := newCluster(t, 1)
+	ext := c.CreateExtent(largeGeometry, 1, 2, 3)
+	s := New(c.Client(nil))
 	g, err := s.Geometry(ctx, ext)
 	if err != nil || g.PageBytes != 512 || g.PagesPerBlock != 4 || g.Blocks != 1024 {
 		t.Fatalf("geometry %+v, %v", g, err)
@@ -289,18 +302,18 @@ func TestModelConcurrentOnExtents(t *testing.T) {
 						setFaults(faults.Config{FailRate: 0.02, DelayRate: 0.05, DelayMin: 0, DelayMax: 5 * time.Millisecond, DupRate: 0.02})
 						id := uint64(1 + r.IntN(3))
 						if kills%2 == 0 {
-							if l := e.c.leaderOf(e.extents[r.IntN(len(e.extents))]); l != 0 {
+							if l := e.c.LeaderOf(e.extents[r.IntN(len(e.extents))]); l != 0 {
 								id = l
 								leaderKills++
 							}
 						}
-						e.c.crash(id)
+						e.c.Crash(id)
 						kills++
 						select {
 						case <-done:
 						case <-time.After(time.Duration(50+r.IntN(150)) * time.Millisecond):
 						}
-						e.c.start(id)
+						e.c.Start(id)
 					}
 				}()
 				return func() {
@@ -315,7 +328,7 @@ func TestModelConcurrentOnExtents(t *testing.T) {
 					totalKills += kills
 					totalLeaderKills += leaderKills
 					for _, ext := range e.extents {
-						e.c.waitLeader(ext)
+						e.c.Leader(ext)
 					}
 				}
 			},
@@ -356,11 +369,11 @@ func TestMillionKeysOnExtents(t *testing.T) {
 		}
 		n = v
 	}
-	c := newCluster(t, 3, 7)
+	c := newCluster(t, 7)
 	g := extent.DefaultGeometry()
-	exts := []uint64{c.createExtent(g, 1, 2, 3), c.createExtent(g, 1, 2, 3), c.createExtent(g, 1, 2, 3)}
+	exts := []uint64{c.CreateExtent(g, 1, 2, 3), c.CreateExtent(g, 1, 2, 3), c.CreateExtent(g, 1, 2, 3)}
 	ctx := context.Background()
-	store := New(c.client(nil))
+	store := New(c.Client(nil))
 	root, err := btree.Create(ctx, store, exts[0], tenant)
 	if err != nil {
 		t.Fatal(err)
