@@ -78,5 +78,7 @@ func TestBasicNamespace(t *testing.T) {
 	if !rep.OK() {
 		t.Fatalf("check: %+v", rep.Problems)
 	}
-	t.Logf("max values in a transaction: %d", e.meta.MaxValues())
+	if m, ok := e.meta.(*MemMeta); ok {
+		t.Logf("max values in a transaction: %d", m.MaxValues())
+	}
 }

@@ -3,10 +3,13 @@ package fs
 import (
 	"context"
 	"errors"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/arbor-storage/arbor/internal/btree"
 )
 
 // testClock is a clock that moves 1 µs per reading, so every timestamp
@@ -23,18 +26,53 @@ func (c *testClock) now() time.Time { return time.Unix(0, c.ns.Add(1000)) }
 
 type env struct {
 	t     testing.TB
-	meta  *MemMeta
+	meta  MetaStore
 	data  *MemData
 	clock *testClock
 	num   uint64
 }
 
 func newEnv(t testing.TB, tractSize int) *env {
-	e := &env{t: t, meta: NewMemMeta(1), data: NewMemData(tractSize), clock: newTestClock(), num: 7}
+	e := &env{t: t, meta: newMeta(t), data: NewMemData(tractSize), clock: newTestClock(), num: 7}
 	if err := Format(context.Background(), e.meta, e.num, DefaultLayout, e.clock.now()); err != nil {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// metaEnv chooses the metadata store of the fs tests (issue 13 item 7):
+// MemMeta by default, the real B-tree on its in-memory page store with
+// ARBOR_FS_META=btree (make test runs both).
+const metaEnv = "ARBOR_FS_META"
+
+func newMeta(t testing.TB) MetaStore {
+	t.Helper()
+	switch m := os.Getenv(metaEnv); m {
+	case "", "mem":
+		return NewMemMeta(1)
+	case "btree":
+		ctx := context.Background()
+		const ext = 1000
+		st := btree.NewMemStore(1)
+		// 8 KiB pages (the extent store's default), 32 pages a block, 4096
+		// blocks: room for every test's tree in one extent.
+		if err := st.AddExtent(ext, btree.Geometry{PageBytes: 8 << 10, PagesPerBlock: 32, Blocks: 4096}); err != nil {
+			t.Fatal(err)
+		}
+		root, err := btree.Create(ctx, st, ext, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := btree.Open(ctx, btree.Config{Store: st, Root: root, Extents: []uint64{ext}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tr.Close)
+		return BTreeMeta{Tree: tr}
+	default:
+		t.Fatalf("%s=%q: want mem or btree", metaEnv, m)
+		return nil
+	}
 }
 
 func (e *env) open(snapshot uint64) *FS {
