@@ -188,12 +188,13 @@ func TestCommitTakes2nTransitions(t *testing.T) {
 		if s := cl.Steps(); s.Release == steps0.Release && s.DecideRelease-steps0.DecideRelease != uint64(n-1) {
 			t.Fatalf("n=%d: commit returned before its decide-and-release steps: %+v", n, s)
 		}
-		// The last extent's release runs after the answer: wait for it.
-		deadline := time.Now().Add(10 * time.Second)
-		for cl.Steps().Release == steps0.Release && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		// The last extent's release runs after the answer: wait until it is
+		// applied (not only sent: under -race it can lag the counter).
 		after := waitStats(t, c, extents)
+		for deadline := time.Now().Add(10 * time.Second); after.Releases == before.Releases && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+			after = waitStats(t, c, extents)
+		}
 		got := after.TxnTransitions() - before.TxnTransitions()
 		steps := cl.Steps()
 		sent := (steps.Prepare - steps0.Prepare) + (steps.PrepareDecide - steps0.PrepareDecide) +

@@ -58,6 +58,10 @@ func lateMessagesRound(t *testing.T, deliver bool) bool {
 	var mu sync.Mutex
 	c := newTestCluster(t, 3, func(cfg *Config) {
 		cfg.LogRetainEntries = 16
+		// The leader keeps sending a follower that does not answer up to
+		// MaxInflightMsgs appends; enough here for the whole outage, so
+		// that the held messages carry every entry the follower lacks.
+		cfg.MaxInflightMsgs = 4096
 		if cfg.NodeID != 3 {
 			mu.Lock()
 			h := &holdingTransport{Transport: cfg.Transport}
