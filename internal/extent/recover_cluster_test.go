@@ -45,6 +45,13 @@ func TestLostQuorumRecoveredByOperator(t *testing.T) {
 	bin := devclustertest.Binary(t)
 	c := devclustertest.Start(t, devcluster.Options{Nodes: 5, Binary: bin,
 		ServerArgs: []string{"--node-dead-timeout=3s", "--heartbeat-interval=500ms"}})
+	if keep := os.Getenv("ARBOR_TEST_KEEP_LOGS"); keep != "" {
+		t.Cleanup(func() {
+			if t.Failed() {
+				_ = exec.Command("cp", "-r", c.Dir(), keep).Run()
+			}
+		})
+	}
 	dir, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
 	if err != nil {
 		t.Fatal(err)
@@ -70,46 +77,54 @@ func TestLostQuorumRecoveredByOperator(t *testing.T) {
 		return fullyReplicated(ctx, cl, views, nil)
 	})
 
-	// An extent two of whose replicas can die without taking the
-	// directory's quorum or leader with them.
+	// An extent of our own, on two nodes that are not directory members
+	// (they can die with the directory intact) and one member that does
+	// not lead the directory: the survivor. The manager creates its
+	// replicas (a new map entry at epoch 1).
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	st, err := dir.Status(ctx, &dpb.StatusRequest{})
 	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var target extentJSON
 	var victims []uint64
-	for _, v := range views {
-		var ok []uint64
-		voters := 0
-		for _, r := range v.Replicas {
-			if r == st.LeaderId {
-				continue
-			}
-			if slices.Contains(st.Voters, r) {
-				if voters == len(st.Voters)/2-(len(st.Voters)+1)%2 {
-					continue
-				}
-				voters++
-			}
-			ok = append(ok, r)
-		}
-		if len(ok) >= 2 {
-			target, victims = v, ok[:2]
-			break
-		}
-	}
-	if victims == nil {
-		t.Fatalf("no extent has two replicas that can die with the directory intact: extents %+v, directory voters %v leader %d", views, st.Voters, st.LeaderId)
-	}
-	id := target.ID
 	var survivor uint64
-	for _, r := range target.Replicas {
-		if !slices.Contains(victims, r) {
-			survivor = r
+	for _, n := range st.Nodes {
+		switch {
+		case !slices.Contains(st.Voters, n.Id) && len(victims) < 2:
+			victims = append(victims, n.Id)
+		case slices.Contains(st.Voters, n.Id) && n.Id != st.LeaderId && survivor == 0:
+			survivor = n.Id
 		}
 	}
+	if len(victims) < 2 || survivor == 0 {
+		t.Fatalf("directory voters %v (leader %d) leave no two other nodes and a survivor among %d nodes", st.Voters, st.LeaderId, len(st.Nodes))
+	}
+	g := extent.DefaultGeometry()
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	created, err := dir.CreateExtent(ctx, &dpb.CreateExtentRequest{Replicas: []uint64{victims[0], victims[1], survivor},
+		Geometry: &dpb.ExtentGeometry{PageSizeBytes: g.PageSizeBytes, BlockSizeBytes: g.BlockSizeBytes, ExtentSizeBytes: g.ExtentSizeBytes, Replication: 3}})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.ExtentId
+	var target extentJSON
+	waitFor(t, "our extent, fully replicated", time.Minute, func() error {
+		var err error
+		if views, err = listExtents(t, bin, c.Dir()); err != nil {
+			return err
+		}
+		for _, v := range views {
+			if v.ID == id {
+				target = v
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				return fullyReplicated(ctx, cl, []extentJSON{v}, nil)
+			}
+		}
+		return fmt.Errorf("extent %d not listed", id)
+	})
 	t.Logf("extent %d: replicas %v, leader %d; killing %v, survivor %d", id, target.Replicas, target.Leader, victims, survivor)
 
 	// Acknowledged data, and a write request whose reply we keep.
@@ -192,6 +207,18 @@ func TestLostQuorumRecoveredByOperator(t *testing.T) {
 		return err
 	})
 
+	// Any other extent that had both victims lost its quorum too: the
+	// operator recovers those the same way.
+	for _, v := range views {
+		if v.ID == id || !slices.Contains(v.Replicas, victims[0]) || !slices.Contains(v.Replicas, victims[1]) {
+			continue
+		}
+		out, err := exec.Command(bin, "extent", "recover", strconv.FormatUint(v.ID, 10), "--dir", c.Dir(), "--yes-lose-unreplicated-writes").CombinedOutput()
+		if err != nil {
+			t.Fatalf("arbor extent recover %d: %v\n%s", v.ID, err, out)
+		}
+		t.Logf("extent %d lost its quorum too; recovered", v.ID)
+	}
 	waitFor(t, "every extent fully replicated without the killed nodes", 3*time.Minute, func() error {
 		var err error
 		if views, err = listExtents(t, bin, c.Dir()); err != nil {
