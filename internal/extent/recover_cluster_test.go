@@ -139,7 +139,7 @@ func TestLostQuorumRecoveredByOperator(t *testing.T) {
 			}
 			blk = rs[0].Block
 		}
-		_, err := cl.Commit(ctx, []extent.Element{extent.Write(blk.WithPage(1), 0, []byte("acknowledged"))})
+		_, err := cl.Commit(ctx, []extent.Element{extent.Write(blk.WithPage(blk.Page+1), 0, []byte("acknowledged"))})
 		return err
 	})
 	dup := &pb.CommitRequest{ExtentId: id, RequestId: 0x5eed, Elements: []*pb.Element{{Op: &pb.Element_Write{Write: &pb.WriteOp{
@@ -191,9 +191,9 @@ func TestLostQuorumRecoveredByOperator(t *testing.T) {
 		}
 		return nil
 	}
-	waitFor(t, "the acknowledged write after recovery", 30*time.Second, func() error { return read(blk.WithPage(1), "acknowledged") })
+	waitFor(t, "the acknowledged write after recovery", 30*time.Second, func() error { return read(blk.WithPage(blk.Page+1), "acknowledged") })
 	t.Logf("extent %d serves again %v after the command started", id, time.Since(start).Round(time.Millisecond))
-	if err := read(blk.WithPage(2), "once"); err != nil {
+	if err := read(blk.WithPage(blk.Page+2), "once"); err != nil {
 		t.Fatal(err)
 	}
 	again := sendRaw(t, cl, []uint64{survivor}, dup)
@@ -203,7 +203,7 @@ func TestLostQuorumRecoveredByOperator(t *testing.T) {
 	waitFor(t, "a new write", 30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err := cl.Commit(ctx, []extent.Element{extent.Write(blk.WithPage(3), 0, []byte("after"))})
+		_, err := cl.Commit(ctx, []extent.Element{extent.Write(blk.WithPage(blk.Page+3), 0, []byte("after"))})
 		return err
 	})
 
@@ -230,7 +230,7 @@ func TestLostQuorumRecoveredByOperator(t *testing.T) {
 	})
 	t.Logf("re-replicated %v after the command started: %+v", time.Since(start).Round(time.Millisecond), views)
 	for p, want := range map[uint64]string{1: "acknowledged", 2: "once", 3: "after"} {
-		if err := read(blk.WithPage(p), want); err != nil {
+		if err := read(blk.WithPage(blk.Page+p), want); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -281,7 +281,7 @@ func TestLostQuorumRecoveredByOperator(t *testing.T) {
 		t.Logf("node %d removed %d orphan replicas", v, n)
 	}
 	for p, want := range map[uint64]string{1: "acknowledged", 2: "once", 3: "after"} {
-		if err := read(blk.WithPage(p), want); err != nil {
+		if err := read(blk.WithPage(blk.Page+p), want); err != nil {
 			t.Fatal(err)
 		}
 	}
