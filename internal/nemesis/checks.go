@@ -108,19 +108,18 @@ var knownIssues = []struct {
 	note    string
 }{
 	// The tract store's primary applies a blob operation (create, extend,
-	// delete) to its own metadata before forwarding it; when the forward
-	// fails (a lost or duplicated RPC, a partition), the client's retry
-	// is answered from the primary's recent-request memory without
-	// forwarding again, and nothing re-syncs the replicas while the row's
-	// version stays the same (internal/tract rw.go blobOp, recentResult).
-	// blob verify then reports the replica's metadata as different; once
-	// the primary dies, a replica without the record takes over and the
-	// blob is gone (verify: no record on the primary; fsck: a file's blob
-	// is missing). Found by the nemesis (seeds 6925042704380694543,
-	// 10329726559617838841); reported in issue 13.
+	// delete) to its own metadata before forwarding it. A retry used to
+	// be answered from the primary's request memory without forwarding
+	// again, so replicas kept old metadata and acknowledged blobs were
+	// lost when the primary died (seeds 6925042704380694543,
+	// 10329726559617838841, 7056997862470650253); fixed in 442eb6c (a
+	// retry forwards again), and a loss now always fails the run. What
+	// remains is an operation whose forward failed and whose client gave
+	// up: it was never acknowledged, but the primary keeps it and its
+	// replicas do not until the blob's next operation or the row's next
+	// catch-up, and blob verify reports the difference (issue 13 note).
 	{regexp.MustCompile(`^problem: blob [0-9a-f]+: metadata on [0-9]+/[0-9]+ differs from the primary's$`), tractMetadataIssue},
 	{regexp.MustCompile(`^problem: blob [0-9a-f]+: no record on the primary of its metadata row$`), tractMetadataIssue},
-	{regexp.MustCompile(`^blob [0-9a-f]+ is missing; [0-9]+ tracts of it are referenced$`), tractMetadataIssue},
 }
 
 // diskFullIssue explains a node that exits when its disk is full (the
@@ -130,7 +129,7 @@ var knownIssues = []struct {
 // starts it again once the disk has room.
 const diskFullIssue = "raftengine: a node whose disk fills up panics (pebble: fatal commit error: no space left on device) instead of refusing writes (issue 13 report)"
 
-const tractMetadataIssue = "tract: a blob operation whose forward to the replicas failed is not forwarded again on the client's retry; replicas keep old blob metadata, and lose the blob when the primary dies (issue 13 report)"
+const tractMetadataIssue = "tract: a blob operation whose forward to the replicas failed and whose client gave up (never acknowledged) stays on the primary alone until the blob's next operation or the row's next catch-up (issue 13 note)"
 
 // knownIssue returns the note of the known issue that explains every
 // problem line of a checker's output, or "" if some line is not known.
