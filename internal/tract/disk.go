@@ -28,6 +28,8 @@ type disk struct {
 	// queued rows wait for a catch-up worker; wake signals them.
 	queued map[uint32]bool
 	wake   chan struct{}
+	// unforwarded holds the tracts whose last forward failed (reforward.go).
+	unforwarded map[tractKey]bool
 }
 
 // initialRowVersion is the version of every row of a newly installed
@@ -256,6 +258,7 @@ func (d *disk) run(ctx context.Context) {
 		case <-housekeeping.C:
 		}
 		d.dropOldRows()
+		d.reforward(ctx)
 		now := d.svc.cfg.Now()
 		if now.Sub(lastScrub) >= d.svc.cfg.ScrubInterval {
 			verify := now.Sub(lastVerify) >= d.svc.cfg.VerifyInterval

@@ -86,8 +86,10 @@ func (d *disk) writeTract(ctx context.Context, req *tpb.WriteTractRequest) (*tpb
 		return nil, err
 	}
 	if err := d.forward(ctx, t, ri, row, k, m, req.Data, row.Targets(int(req.Replication))); err != nil {
+		d.markUnforwarded(k)
 		return nil, err
 	}
+	d.forwarded(k)
 	d.svc.m.tractsWritten.Add(1)
 	d.svc.m.bytesWritten.Add(uint64(len(req.Data)))
 	return &tpb.WriteTractResponse{Stamp: stamp}, nil
@@ -292,8 +294,10 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 		// only once every replica holds it, as the first would have been.
 		// A replica that has it already takes the repeat as a no-op.
 		if err := d.forward(ctx, t, ri, row, k, cur, nil, row.Targets(t.Replication)); err != nil {
+			d.markUnforwarded(k)
 			return nil, err
 		}
+		d.forwarded(k)
 		out := proto.Clone(old).(*tpb.BlobMeta)
 		out.LengthTracts = prev
 		return &tpb.BlobOpResponse{Meta: out}, nil
@@ -341,8 +345,10 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 		return nil, err
 	}
 	if err := d.forward(ctx, t, ri, row, k, m, nil, row.Targets(t.Replication)); err != nil {
+		d.markUnforwarded(k)
 		return nil, err
 	}
+	d.forwarded(k)
 	d.svc.m.blobOps.Add(1)
 	return &tpb.BlobOpResponse{Meta: nb}, nil
 }

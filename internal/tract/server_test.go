@@ -848,3 +848,60 @@ func TestBlobOpRetryForwardsAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestUnacknowledgedWritesReachTheReplicas: a write and a blob operation
+// whose forward failed were refused to their client but stay on the
+// primary; once the replica answers again, the primary forwards them on
+// its own, so that its replicas agree with what it serves and a later
+// primary cannot serve the older version.
+func TestUnacknowledgedWritesReachTheReplicas(t *testing.T) {
+	c := newTestCluster(t, 3, 3, testTractSize)
+	ctx := ctxT(t)
+	cl := c.client()
+	defer cl.Close()
+	g := NewGUID()
+	b, err := cl.CreateBlob(ctx, g, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Extend(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	tbl := c.table()
+	metaRow := tbl.Rows[tbl.Locate(g, MetadataTract)]
+	dataRow := tbl.Rows[tbl.Locate(g, 0)]
+	refused := map[uint64]bool{metaRow.Slots[1].Node: true, dataRow.Slots[1].Node: true}
+	refuse := func(node uint64, method string) error {
+		if refused[node] && strings.HasSuffix(method, "/Replicate") {
+			return status.Error(codes.Unavailable, "injected: replica unreachable")
+		}
+		return nil
+	}
+	c.refuse.Store(&refuse)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, extendErr := cl.blobOp(short, g, &tpb.BlobOpRequest{Op: tpb.BlobOpKind_BLOB_OP_EXTEND, ExtendTracts: 2, RequestId: []byte("refused-extend")})
+	cancel()
+	short, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	writeErr := b.WriteTract(short, 0, []byte("refused write"))
+	cancel()
+	if extendErr == nil || writeErr == nil {
+		t.Fatalf("extend (%v) and write (%v) succeeded while a replica refused every forward", extendErr, writeErr)
+	}
+	c.refuse.Store(nil)
+	metaKey, dataKey := tractKey{guid: g, tract: MetadataTract}, tractKey{guid: g, tract: 0}
+	primaryMeta, _ := c.nodes[metaRow.Slots[0].Node].svc.Store(0).Get(metaKey)
+	primaryData, _ := c.nodes[dataRow.Slots[0].Node].svc.Store(0).Get(dataKey)
+	c.waitFor("the replicas to hold the primaries' versions", func() bool {
+		for _, s := range metaRow.Slots[:3] {
+			if m, ok := c.nodes[s.Node].svc.Store(0).Get(metaKey); !ok || !stampEqual(m.Stamp, primaryMeta.Stamp) {
+				return false
+			}
+		}
+		for _, s := range dataRow.Slots[:3] {
+			if m, ok := c.nodes[s.Node].svc.Store(0).Get(dataKey); !ok || !stampEqual(m.Stamp, primaryData.Stamp) {
+				return false
+			}
+		}
+		return true
+	})
+}
