@@ -115,9 +115,11 @@ var knownIssues = []struct {
 	// 10329726559617838841, 7056997862470650253); fixed in 442eb6c (a
 	// retry forwards again), and a loss now always fails the run. What
 	// remains is an operation whose forward failed and whose client gave
-	// up: it was never acknowledged, but the primary keeps it and its
-	// replicas do not until the blob's next operation or the row's next
-	// catch-up, and blob verify reports the difference (issue 13 note).
+	// up: it was never acknowledged, but the primary keeps it and forwards
+	// it on its own once the replicas answer (tract/reforward.go). A
+	// primary restarted before that forgets to, and the difference lasts
+	// until the blob's next operation or the row's next catch-up; blob
+	// verify reports it (issue 13 note).
 	{regexp.MustCompile(`^problem: blob [0-9a-f]+: metadata on [0-9]+/[0-9]+ differs from the primary's$`), tractMetadataIssue},
 	{regexp.MustCompile(`^problem: blob [0-9a-f]+: no record on the primary of its metadata row$`), tractMetadataIssue},
 }
@@ -129,7 +131,7 @@ var knownIssues = []struct {
 // starts it again once the disk has room.
 const diskFullIssue = "raftengine: a node whose disk fills up panics (pebble: fatal commit error: no space left on device) instead of refusing writes (issue 13 report)"
 
-const tractMetadataIssue = "tract: a blob operation whose forward to the replicas failed and whose client gave up (never acknowledged) stays on the primary alone until the blob's next operation or the row's next catch-up (issue 13 note)"
+const tractMetadataIssue = "tract: a blob operation whose forward to the replicas failed and whose client gave up (never acknowledged) stays on a primary that restarted before forwarding it again, until the blob's next operation or the row's next catch-up (issue 13 note)"
 
 // knownIssue returns the note of the known issue that explains every
 // problem line of a checker's output, or "" if some line is not known.
