@@ -783,25 +783,16 @@ func (g *Gateway) removal(ctx context.Context, q *request, raw []byte, name stri
 }
 
 func (g *Gateway) remove(ctx context.Context, q *request) Status {
-	raw, name := q.fh(), q.name()
-	if q.garbage() {
-		return statusGarbage
-	}
-	s, da, st := g.removal(ctx, q, raw, name)
-	if st != OK {
-		return st
-	}
-	if q.err != errGone {
-		if err := s.fsys.Unlink(ctx, da.Handle, name); err != nil {
-			return q.fail(err)
-		}
-	}
-	after, err := s.fsys.GetAttr(ctx, da.Handle)
-	putWcc(q.w, &da, attrOrNil(after, err), s.fsid())
-	return OK
+	return g.removeEntry(ctx, q, FS.Unlink)
 }
 
 func (g *Gateway) rmdir(ctx context.Context, q *request) Status {
+	return g.removeEntry(ctx, q, FS.Rmdir)
+}
+
+// removeEntry is REMOVE and RMDIR: they differ only in the call that
+// removes the name (op).
+func (g *Gateway) removeEntry(ctx context.Context, q *request, op func(FS, context.Context, fs.Handle, string) error) Status {
 	raw, name := q.fh(), q.name()
 	if q.garbage() {
 		return statusGarbage
@@ -811,7 +802,7 @@ func (g *Gateway) rmdir(ctx context.Context, q *request) Status {
 		return st
 	}
 	if q.err != errGone {
-		if err := s.fsys.Rmdir(ctx, da.Handle, name); err != nil {
+		if err := op(s.fsys, ctx, da.Handle, name); err != nil {
 			return q.fail(err)
 		}
 	}
