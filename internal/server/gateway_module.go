@@ -15,6 +15,7 @@ import (
 // state of its own.
 type gatewayModule struct {
 	cluster *client.Cluster
+	env     *Env
 	srv     *nfs.Server
 	addr    string
 	// stopRegister ends the registration's attempts; done closes when
@@ -36,18 +37,24 @@ func (m *gatewayModule) Init(_ context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	srv, err := nfs.Start(nfs.Config{Backend: nfs.ClusterBackend{Cluster: c}, Replies: nfs.KVReplies{Open: c.KV},
+	m.cluster, m.env = c, env
+	return nil
+}
+
+// Start serves NFS only now, as the other modules serve their RPCs only
+// once started (gate.go): a call must not reach a node still starting.
+func (m *gatewayModule) Start(context.Context) error {
+	env := m.env
+	srv, err := nfs.Start(nfs.Config{Backend: nfs.ClusterBackend{Cluster: m.cluster}, Replies: nfs.KVReplies{Open: m.cluster.KV},
 		Logger: env.Logger.With("module", "gateway")}, env.Config.NFSAddr, false)
 	if err != nil {
-		c.Close()
 		return err
 	}
-	m.cluster, m.srv = c, srv
 	if err := srv.Gateway().RegisterMetrics(env.Metrics); err != nil {
 		_ = srv.Close(context.Background())
-		c.Close()
 		return err
 	}
+	m.srv = srv
 	m.addr = srv.Addr()
 	if host, port, err := net.SplitHostPort(m.addr); err == nil && net.ParseIP(host).IsUnspecified() {
 		if ahost, _, err := net.SplitHostPort(env.AdvertiseAddr); err == nil {
@@ -82,8 +89,6 @@ func (m *gatewayModule) register(ctx context.Context, env *Env, reg nfs.Registra
 	}
 }
 
-func (m *gatewayModule) Start(context.Context) error { return nil }
-
 // gatewayStopTimeout bounds the gateway's stop: flushing what it buffered
 // and closing its sessions ask metadata servers that may be stopping too,
 // and must not eat the node's shutdown budget (the gRPC drain comes
@@ -93,6 +98,9 @@ const gatewayStopTimeout = 3 * time.Second
 
 func (m *gatewayModule) Stop(ctx context.Context) error {
 	if m.srv == nil {
+		if m.cluster != nil {
+			return m.cluster.Close() // initialised, never started
+		}
 		return nil
 	}
 	m.stopRegister()
