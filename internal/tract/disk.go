@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
@@ -28,8 +29,10 @@ type disk struct {
 	// queued rows wait for a catch-up worker; wake signals them.
 	queued map[uint32]bool
 	wake   chan struct{}
-	// unforwarded holds the tracts whose last forward failed (reforward.go).
-	unforwarded map[tractKey]bool
+	// unforwarded holds the tracts whose last forward failed
+	// (reforward.go); unforwardedCount is its size, read without mu.
+	unforwarded      map[tractKey]bool
+	unforwardedCount atomic.Int64
 }
 
 // initialRowVersion is the version of every row of a newly installed

@@ -32,18 +32,28 @@ func (d *disk) markUnforwarded(k tractKey) {
 		d.unforwarded = map[tractKey]bool{}
 	}
 	d.unforwarded[k] = true
+	d.unforwardedCount.Store(int64(len(d.unforwarded)))
 }
 
-// forwarded records that every replica holds k's stored version.
+// forwarded records that every replica holds k's stored version. It is
+// on every write's path, and the set is almost always empty: the count
+// spares those writes the disk's lock.
 func (d *disk) forwarded(k tractKey) {
+	if d.unforwardedCount.Load() == 0 {
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.unforwarded, k)
+	d.unforwardedCount.Store(int64(len(d.unforwarded)))
 }
 
 // reforward sends every unforwarded tract's stored version to its row's
 // other members once; the ones still failing stay for the next round.
 func (d *disk) reforward(ctx context.Context) {
+	if d.unforwardedCount.Load() == 0 {
+		return
+	}
 	d.mu.Lock()
 	keys := make([]tractKey, 0, len(d.unforwarded))
 	for k := range d.unforwarded {
