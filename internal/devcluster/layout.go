@@ -209,9 +209,12 @@ func writeFileAtomic(path string, data []byte) error {
 }
 
 // freeAddrs returns n distinct free 127.0.0.1 addresses. The listeners are
-// held until all are chosen so that the n are distinct. Another process
-// may still take one before the node binds it; the node then fails to
-// start and says so in its log, and WaitHealthy reports that log.
+// held until all are chosen so that the n are distinct. The ports come
+// from below the kernel's ephemeral range: a port the kernel hands out for
+// ":0" is also the kind it gives outgoing connections, and one of the many
+// connections a test machine opens took such a port before the node bound
+// it (seen in CI). Another process may still take a port first; the node
+// then fails to start and says so in its log, and WaitHealthy reports it.
 func freeAddrs(n int) ([]string, error) {
 	var lis []net.Listener
 	defer func() {
@@ -219,16 +222,45 @@ func freeAddrs(n int) ([]string, error) {
 			l.Close()
 		}
 	}()
+	lo, hi := fixedPortRange()
 	addrs := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for attempt := 0; len(addrs) < n; attempt++ {
+		addr := "127.0.0.1:0"
+		if hi > lo && attempt < 100*n {
+			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+int(randUint32()%uint32(hi-lo))))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
+			if addr == "127.0.0.1:0" {
+				return nil, fmt.Errorf("find a free port: %w", err)
+			}
+			continue // taken: draw again
 		}
 		lis = append(lis, l)
 		addrs = append(addrs, l.Addr().String())
 	}
 	return addrs, nil
+}
+
+// fixedPortRange is where freeAddrs draws ports: from 10000 up to the
+// kernel's ephemeral range (Linux's ip_local_port_range, 32768 by
+// default); an empty range (lo >= hi) means ":0".
+func fixedPortRange() (lo, hi int) {
+	lo, hi = 10000, 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				hi = v
+			}
+		}
+	}
+	return lo, hi
+}
+
+func randUint32() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
 // addrFree reports whether addr can be listened on now.
