@@ -15,6 +15,7 @@ import (
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/fs"
 	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
+	"github.com/arbor-storage/arbor/internal/retry"
 )
 
 // Administration of file systems, snapshots and tables. Any metadata
@@ -111,7 +112,7 @@ func (s *Server) DeleteFileSystem(ctx context.Context, req *pb.DeleteFileSystemR
 	if len(tabs) > 0 {
 		// No owner serves past its lease: after one, nothing writes.
 		j.set(1, 0)
-		if err := sleepCtx(ctx, s.cfg.LeaseDuration); err != nil {
+		if err := retry.Sleep(ctx, s.cfg.LeaseDuration); err != nil {
 			return &pb.DeleteFileSystemResponse{Error: errorToPB(err)}, nil
 		}
 	}
@@ -444,7 +445,7 @@ func (s *Server) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResp
 	var rep *fs.CheckReport
 	for pass := 0; pass < checkPasses && (rep == nil || !rep.OK()); pass++ {
 		if pass > 0 {
-			if err := sleepCtx(ctx, checkRecheck); err != nil {
+			if err := retry.Sleep(ctx, checkRecheck); err != nil {
 				return &pb.CheckResponse{Error: errorToPB(err)}, nil
 			}
 		}

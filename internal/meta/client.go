@@ -18,6 +18,7 @@ import (
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/fs"
 	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
+	"github.com/arbor-storage/arbor/internal/retry"
 )
 
 // Client reaches the metadata servers of a cluster (doc.go, Clients): it
@@ -148,7 +149,7 @@ func (c *Client) callRouted(ctx context.Context, f, d uint64, onRoute func(ctx c
 	var last error
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			if err := sleepCtx(ctx, retryBackoff(attempt)); err != nil {
+			if err := retry.Sleep(ctx, retryBackoff(attempt)); err != nil {
 				return fmt.Errorf("%w: %w (last: %v)", syscall.EIO, err, last)
 			}
 		}
@@ -213,7 +214,7 @@ func (c *Client) anyServer(ctx context.Context, fn func(ctx context.Context, cl 
 	var last error
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			if err := sleepCtx(ctx, retryBackoff(attempt)); err != nil {
+			if err := retry.Sleep(ctx, retryBackoff(attempt)); err != nil {
 				return fmt.Errorf("%w (last: %v)", err, last)
 			}
 		}
@@ -412,7 +413,7 @@ func (c *Client) ownerCall(ctx context.Context, id uint64, fn func(ctx context.C
 	var last error
 	for attempt := 0; attempt < 20; attempt++ {
 		if attempt > 0 {
-			if err := sleepCtx(ctx, retryBackoff(attempt)); err != nil {
+			if err := retry.Sleep(ctx, retryBackoff(attempt)); err != nil {
 				return fmt.Errorf("%w (last: %v)", err, last)
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/fs"
 	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
+	"github.com/arbor-storage/arbor/internal/retry"
 )
 
 // Directory is what metadata servers and their clients ask of the cluster
@@ -461,7 +462,7 @@ func (s *Server) fsLock(f uint64, what string) func(ctx context.Context) (func()
 			if directory.IsRefusal(err) && !errors.Is(err, directory.ErrLeaseHeld) && !errors.Is(err, directory.ErrConflict) {
 				return nil, fmt.Errorf("lock %s: %w", name, err)
 			}
-			if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+			if err := retry.Sleep(ctx, backoff(attempt)); err != nil {
 				return nil, fmt.Errorf("lock %s: %w", name, err)
 			}
 		}
@@ -471,17 +472,6 @@ func (s *Server) fsLock(f uint64, what string) func(ctx context.Context) (func()
 func backoff(attempt int) time.Duration {
 	d := time.Millisecond << min(attempt, 9)
 	return min(d, 500*time.Millisecond)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // followMap acquires the tables the delegation map gives this server and

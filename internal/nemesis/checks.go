@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/arbor-storage/arbor/internal/retry"
 )
 
 // checkAll runs every check (the workload is paused): acknowledged data,
@@ -18,7 +20,7 @@ import (
 func (r *run) checkAll(ctx context.Context, cycle int, final bool) {
 	// The mounts cache names and attributes for a second (internal/fuse):
 	// let the other mount's cache expire before reading through it.
-	sleep(ctx, 1500*time.Millisecond)
+	_ = retry.Sleep(ctx, 1500*time.Millisecond)
 	files := 0
 	for _, w := range r.fs {
 		lost, odd, n := w.verify(ctx, final)
@@ -84,7 +86,7 @@ func (r *run) cliCheck(ctx context.Context, cycle int, name string, args ...stri
 		if ctx.Err() != nil || (knownIssue(err.Error()) != "" && time.Since(start) > knownIssuePatience) {
 			break
 		}
-		sleep(ctx, 2*time.Second)
+		_ = retry.Sleep(ctx, 2*time.Second)
 	}
 	r.sum.check(name, false, time.Since(start))
 	detail := fmt.Sprintf("%s still fails after %v: %v", name, time.Since(start).Round(time.Second), last)

@@ -14,6 +14,7 @@ import (
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/extent"
 	"github.com/arbor-storage/arbor/internal/overview"
+	"github.com/arbor-storage/arbor/internal/retry"
 )
 
 // The nemesis's faults.
@@ -182,7 +183,7 @@ func (r *run) cycle(ctx context.Context, n int) {
 	if err != nil {
 		r.sum.fail(n, "nemesis", fmt.Sprintf("%s: %v", what, err))
 	}
-	sleep(ctx, hold)
+	_ = retry.Sleep(ctx, hold)
 
 	// Heal: partitions and faults off, stopped nodes started again.
 	healed := time.Now()
@@ -286,19 +287,10 @@ func (r *run) probe(ctx context.Context, since time.Time) (time.Duration, error)
 			if ctx.Err() != nil {
 				return time.Since(since), fmt.Errorf("%s never succeeded: %w", p.name, err)
 			}
-			sleep(ctx, 200*time.Millisecond)
+			_ = retry.Sleep(ctx, 200*time.Millisecond)
 		}
 	}
 	return time.Since(since), nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // openMountFiles lists the files of the mounts this process holds open

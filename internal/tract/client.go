@@ -24,8 +24,6 @@ import (
 const (
 	defaultMaxInFlightBytes = 256 << 20
 	defaultAttemptTimeout   = 30 * time.Second
-	minClientBackoff        = 20 * time.Millisecond
-	maxClientBackoff        = time.Second
 	// minTLTRefreshInterval bounds how often a client refetches the TLT.
 	minTLTRefreshInterval = 20 * time.Millisecond
 )
@@ -269,7 +267,7 @@ func retryable(err error) bool {
 
 // do runs attempt until it succeeds, fails for good, or ctx ends.
 func (c *Client) do(ctx context.Context, what string, attempt func(ctx context.Context, t *Table) error) error {
-	backoff := minClientBackoff
+	failures := 0 // retries after a real failure (not a stale TLT)
 	var last error
 	for {
 		t, err := c.TLT(ctx)
@@ -289,13 +287,12 @@ func (c *Client) do(ctx context.Context, what string, attempt func(ctx context.C
 		te, _ := ErrorOf(err)
 		quick := te != nil && te.Code == tpb.ErrorCode_STALE_TLT
 		if !quick {
+			backoff := retry.Failover.Delay(failures)
+			failures++
 			c.log.Debug("tract operation failed; retrying", "op", what, "err", err, "backoff", backoff)
-			select {
-			case <-ctx.Done():
+			if retry.Sleep(ctx, backoff) != nil {
 				return fmt.Errorf("tract: %s: %w (last error: %v)", what, ctx.Err(), last)
-			case <-time.After(backoff/2 + rand.N(backoff/2+1)):
 			}
-			backoff = min(2*backoff, maxClientBackoff)
 		}
 		if _, err := c.refresh(ctx, false); err != nil && ctx.Err() != nil {
 			return fmt.Errorf("tract: %s: %w (last error: %v)", what, ctx.Err(), last)
