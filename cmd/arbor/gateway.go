@@ -51,7 +51,7 @@ with --portmap; others are told the port, e.g. with libnfs:
 				return err
 			}
 			defer c.Close()
-			cfg := nfs.Config{Backend: nfs.ClusterBackend{Cluster: c}, Logger: a.logger}
+			cfg := nfs.Config{Backend: nfs.ClusterBackend{Cluster: c}, Logger: a.logger, Locks: nfs.KVLocks{Open: c.KV}}
 			if drc {
 				cfg.Replies = nfs.KVReplies{Open: c.KV}
 			}

@@ -193,7 +193,9 @@ func TestGatewaysShareOneView(t *testing.T) {
 // applied twice); it writes 1 MiB UNSTABLE writes and COMMITs every
 // 4 MiB; after the kill it goes on at another gateway with the handles it
 // had (any gateway answers any handle), sees the write verifier change
-// and resends what it had not committed. Then with libnfs's nfs-cp: killed at some
+// and resends what it had not committed. A byte-range lock (NLM) taken
+// through the killed gateway is still held, seen and released through the
+// others. Then with libnfs's nfs-cp: killed at some
 // point of its copy, the copy is made again through another gateway.
 // Both files must read back identical through a third gateway.
 func TestGatewayKilledMidCopy(t *testing.T) {
@@ -251,6 +253,11 @@ func TestGatewayKilledMidCopy(t *testing.T) {
 			committed = i + 1
 		}
 	}
+	// A byte-range lock taken through this gateway (NLM) is kept in the
+	// KV store, not in the gateway.
+	if st, _ := a.NLM(NLMLock, "client-a", 1, fh, true, 0, 1<<20); st != NLM4Granted {
+		t.Fatalf("NLM LOCK: %d", st)
+	}
 	// Chunks 8 and 9 are unstable at the gateway: kill it.
 	if err := gwCmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -258,6 +265,16 @@ func TestGatewayKilledMidCopy(t *testing.T) {
 	_ = gwCmd.Wait()
 
 	b := DialTest(t, gws[1])
+	// The lock outlived its gateway, and another gateway sees it.
+	if st, svid := b.NLM(NLMTest, "client-b", 2, fh, false, 100, 1); st != NLM4Denied || svid != 1 {
+		t.Fatalf("NLM TEST at another gateway after the kill: %d (holder %d), want DENIED by the lock of svid 1", st, svid)
+	}
+	if st, _ := b.NLM(NLMUnlock, "client-a", 1, fh, false, 0, 0); st != NLM4Granted {
+		t.Fatalf("NLM UNLOCK at another gateway: %d", st)
+	}
+	if st, _ := DialTest(t, gws[2]).NLM(NLMLock, "client-b", 2, fh, true, 0, 0); st != NLM4Granted {
+		t.Fatalf("NLM LOCK at a third gateway after the unlock: %d", st)
+	}
 	verf = nil
 	for j := committed; j < i; j++ { // resend what was not committed
 		writeChunk(b, j)

@@ -79,10 +79,17 @@
 // cut short, run in retry mode. Within one gateway the metadata client
 // also retries with request ids the metadata servers apply once.
 //
-// # Not yet
+// # Locks
 //
-//   - NLM (byte-range locks): no lock manager is served, so clients must
-//     mount with nolock (libnfs takes no locks). FSS keeps lock state in
-//     the store so locks survive a gateway; doing that needs a lock table
-//     in the metadata service with leases per client, which is not built.
+// NLM v4 (program 100021) and the status monitor calls clients make
+// (NSM, 100024) share the port (nlm.go): byte-range locks whose state is
+// one record per file in the cluster's KV store (KVLocks), updated in one
+// transaction, so any gateway sees every lock and a lock outlives the
+// gateway that granted it, as FSS keeps lock state in the store. No
+// gateway keeps waiters: a blocking LOCK in the way is answered
+// NLM4_BLOCKED without a GRANTED callback, and the client asks again
+// (Linux's lockd every 30 s; tools/nfsfuse every 200 ms). SM_NOTIFY and
+// FREE_ALL drop a restarted client's locks. Locks of a client that
+// vanishes without restarting stay until it comes back (NLM has no
+// leases).
 package nfs

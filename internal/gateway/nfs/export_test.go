@@ -66,3 +66,20 @@ func (c *TestClient) RemoveXid(xid uint32, dir []byte, name string) Status {
 	st, _ := c.c.nfsXid(xid, ProcRemove, func(w *xdr.Writer) { dirop(w, dir, name) })
 	return st
 }
+
+// NLM procedures and statuses the cluster tests use.
+const (
+	NLMTest     = nlmProcTest
+	NLMLock     = nlmProcLock
+	NLMUnlock   = nlmProcUnlock
+	NLM4Granted = nlm4Granted
+	NLM4Denied  = nlm4Denied
+)
+
+// NLM makes an NLM v4 call (TEST, non-blocking LOCK, or UNLOCK) as owner
+// (host, svid) over [off, off+n) of fh, and returns its status and, for a
+// TEST denied, the svid of the lock in the way.
+func (c *TestClient) NLM(proc uint32, host string, svid int32, fh []byte, excl bool, off, n uint64) (uint32, int32) {
+	st, h := c.c.nlm(proc, nlmOwner{host, svid}, fh, excl, false, off, n)
+	return st, h.svid
+}

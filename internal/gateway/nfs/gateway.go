@@ -87,6 +87,11 @@ type Config struct {
 	// Replies keeps the duplicate-request cache (drc.go): the cluster's
 	// KV store (KVReplies), so every gateway shares it. Nil: no cache.
 	Replies ReplyStore
+	// Locks keeps the NLM byte-range locks (nlm.go): the cluster's KV
+	// store (KVLocks), so every gateway sees them and they outlive the
+	// gateway that granted them. Nil: every LOCK is refused
+	// (NLM4_DENIED_NOLOCKS).
+	Locks LockStore
 }
 
 // Defaults and bounds.
@@ -231,13 +236,13 @@ func (g *Gateway) newVerifier() {
 	g.verifier.Store(v)
 }
 
-// Programs returns the RPC programs the gateway serves: NFS v3 and MOUNT
-// v3.
+// Programs returns the RPC programs the gateway serves: NFS v3, MOUNT
+// v3, NLM v4 and the status monitor NSM v1 (nlm.go).
 func (g *Gateway) Programs() []sunrpc.Program {
-	return []sunrpc.Program{
+	return append([]sunrpc.Program{
 		{Prog: ProgNFS, Low: Version3, High: Version3, Serve: g.serveNFS},
 		{Prog: ProgMount, Low: Version3, High: Version3, Serve: g.serveMount},
-	}
+	}, g.lockPrograms()...)
 }
 
 // RegisterMetrics registers the gateway's figures on reg: the congestion

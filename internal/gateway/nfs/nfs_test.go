@@ -378,8 +378,11 @@ func TestMalformedCalls(t *testing.T) {
 	if st, r := c.call(ProgNFS, 4, 0, nil); st != sunrpc.ProgMismatch || r.Uint32() != 3 || r.Uint32() != 3 {
 		t.Fatalf("NFS v4: %d", st)
 	}
-	if st, _ := c.call(100021, 4, 0, nil); st != sunrpc.ProgUnavail {
-		t.Fatalf("NLM: %d", st)
+	if st, _ := c.call(100099, 1, 0, nil); st != sunrpc.ProgUnavail {
+		t.Fatalf("a program not served: %d", st)
+	}
+	if st, r := c.call(ProgNLM, 3, 0, nil); st != sunrpc.ProgMismatch || r.Uint32() != nlmV4 || r.Uint32() != nlmV4 {
+		t.Fatalf("NLM v3: %d", st)
 	}
 	msg := sunrpc.EncodeCall(sunrpc.Call{Xid: 77, Prog: ProgNFS, Vers: 3})
 	binary.BigEndian.PutUint32(msg[8:], 3) // RPC version 3
