@@ -17,7 +17,7 @@ DEV_FLAGS ?=
 # Where `make dev` mounts the file system "default" (empty: no mount).
 DEV_MOUNT ?= /tmp/arbor-mnt
 
-.PHONY: bench all build deps dev proto lint test test-short fuzz bench soak clean pjdfstest chaos
+.PHONY: bench all build deps dev proto lint test test-short fuzz bench soak clean pjdfstest pjdfstest-nfs nfsfuse chaos
 
 all: build
 
@@ -35,6 +35,21 @@ dev: deps build
 # mount; needs root. Not part of `make test` (it takes many minutes).
 pjdfstest: build
 	bash scripts/pjdfstest.sh
+
+# The libnfs FUSE bridge (tools/nfsfuse): a mount through the libnfs NFS
+# client library, for running POSIX tests through the NFS gateway; needs
+# libnfs-dev and libfuse3-dev (scripts/install-deps.sh).
+CC ?= cc
+nfsfuse: bin/nfsfuse
+bin/nfsfuse: tools/nfsfuse/nfsfuse.c
+	@mkdir -p bin
+	$(CC) -O2 -Wall -Wextra -Werror -o $@ $< $$(pkg-config --cflags --libs fuse3 libnfs)
+
+# pjdfstest through NFSv3: a fresh dev cluster's gateway mounted with
+# bin/nfsfuse (scripts/pjdfstest-nfs.sh); needs root. Not part of `make
+# test`, like `make pjdfstest` (it takes many minutes).
+pjdfstest-nfs: build nfsfuse
+	bash scripts/pjdfstest-nfs.sh
 
 # The whole-cluster nemesis (issue 13, internal/nemesis): a 5-node dev
 # cluster with two FUSE mounts under a mixed workload, through CHAOS_CYCLES

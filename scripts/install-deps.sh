@@ -11,7 +11,9 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 
 # chromium-headless-shell: the dashboard's browser test (internal/ui).
-pkgs=(fuse3 fio libnfs-utils protobuf-compiler chromium-headless-shell)
+# libnfs-dev, libfuse3-dev, gcc, pkg-config: the libnfs FUSE bridge
+# (tools/nfsfuse, `make nfsfuse`) that mounts the NFS gateway.
+pkgs=(fuse3 fio libnfs-utils protobuf-compiler chromium-headless-shell libnfs-dev libfuse3-dev gcc pkg-config)
 # --bench adds what only the benchmarks need: the Linux source tarball the
 # untar benchmark extracts (bench/fs_test.go).
 [ "${1:-}" = "--bench" ] && pkgs+=(linux-source-6.1 xz-utils)
