@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"regexp"
 	"strings"
 	"time"
 
@@ -50,7 +49,6 @@ func (r *run) checkAll(ctx context.Context, cycle int, final bool) {
 	r.cliCheck(ctx, cycle, "kv check", "kv", "check")
 	r.cliCheck(ctx, cycle, "blob verify", "blob", "verify")
 	r.scanLogs(cycle)
-	r.sum.explainLosses()
 }
 
 // finalChecks runs the checks once more after the last cycle, with every
@@ -83,47 +81,13 @@ func (r *run) cliCheck(ctx context.Context, cycle int, name string, args ...stri
 		}
 		last = err
 		r.log.Info("check failed; retrying", "check", name, "attempt", attempt+1, "err", err)
-		if ctx.Err() != nil || (knownIssue(err.Error()) != "" && time.Since(start) > knownIssuePatience) {
+		if ctx.Err() != nil {
 			break
 		}
 		_ = retry.Sleep(ctx, 2*time.Second)
 	}
 	r.sum.check(name, false, time.Since(start))
-	detail := fmt.Sprintf("%s still fails after %v: %v", name, time.Since(start).Round(time.Second), last)
-	if k := knownIssue(last.Error()); k != "" {
-		r.sum.known(cycle, name, k, detail)
-		return
-	}
-	r.sum.fail(cycle, "check", detail)
-}
-
-// knownIssuePatience is how long a check that fails only with known
-// issues is retried (they do not go away by waiting).
-const knownIssuePatience = 10 * time.Second
-
-// knownIssues are checker failures the nemesis has found before in other
-// engineers' layers, reported to them and not yet fixed. A check that
-// fails only with them is listed under "known issues" in the summary and
-// does not fail the run; any other problem in the same output does.
-var knownIssues = []struct {
-	pattern *regexp.Regexp
-	note    string
-}{
-	// The tract store's primary applies a blob operation (create, extend,
-	// delete) to its own metadata before forwarding it. A retry used to
-	// be answered from the primary's request memory without forwarding
-	// again, so replicas kept old metadata and acknowledged blobs were
-	// lost when the primary died (seeds 6925042704380694543,
-	// 10329726559617838841, 7056997862470650253); fixed in 442eb6c (a
-	// retry forwards again), and a loss now always fails the run. What
-	// remains is an operation whose forward failed and whose client gave
-	// up: it was never acknowledged, but the primary keeps it and forwards
-	// it on its own once the replicas answer (tract/reforward.go). A
-	// primary restarted before that forgets to, and the difference lasts
-	// until the blob's next operation or the row's next catch-up; blob
-	// verify reports it (issue 13 note).
-	{regexp.MustCompile(`^problem: blob [0-9a-f]+: metadata on [0-9]+/[0-9]+ differs from the primary's$`), tractMetadataIssue},
-	{regexp.MustCompile(`^problem: blob [0-9a-f]+: no record on the primary of its metadata row$`), tractMetadataIssue},
+	r.sum.fail(cycle, "check", fmt.Sprintf("%s still fails after %v: %v", name, time.Since(start).Round(time.Second), last))
 }
 
 // diskFullIssue explains a node that exits when its disk is full (the
@@ -132,40 +96,6 @@ var knownIssues = []struct {
 // panics instead of refusing writes until space returns. The nemesis
 // starts it again once the disk has room.
 const diskFullIssue = "raftengine: a node whose disk fills up panics (pebble: fatal commit error: no space left on device) instead of refusing writes (issue 13 report)"
-
-const tractMetadataIssue = "tract: a blob operation whose forward to the replicas failed and whose client gave up (never acknowledged) stays on a primary that restarted before forwarding it again, until the blob's next operation or the row's next catch-up (issue 13 note)"
-
-// knownIssue returns the note of the known issue that explains every
-// problem line of a checker's output, or "" if some line is not known.
-func knownIssue(out string) string {
-	note := ""
-	inProblems := false // fsck lists its problems indented under "problems: ..."
-	for line := range strings.SplitSeq(out, "\n") {
-		indented := strings.HasPrefix(line, "  ")
-		line = strings.TrimSpace(line)
-		switch {
-		case strings.HasPrefix(line, "problems:"):
-			inProblems = true
-			continue
-		case strings.HasPrefix(line, "problem:"):
-		case inProblems && indented:
-		default:
-			inProblems = false
-			continue
-		}
-		matched := false
-		for _, k := range knownIssues {
-			if k.pattern.MatchString(line) {
-				matched, note = true, k.note
-				break
-			}
-		}
-		if !matched {
-			return ""
-		}
-	}
-	return note
-}
 
 // cli runs `arbor ARGS --dir CLUSTER` and returns its error with its
 // output.

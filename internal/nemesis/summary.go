@@ -40,13 +40,9 @@ type Summary struct {
 	// Lost lists acknowledged data that did not read back; Failures every
 	// other violated invariant.
 	Lost, Failures []Finding
-	// Known lists failures explained by a known issue of another layer
-	// (knownIssues): reported, but they do not fail the run.
+	// Known lists failures explained by a known issue of another layer:
+	// reported, but they do not fail the run.
 	Known []Finding
-	// LostKnown lists losses that follow a known issue of another layer
-	// seen earlier in the run (explainLosses): a blob, or a file's data,
-	// gone after the tract store reported blob metadata it could not keep.
-	LostKnown []Finding
 }
 
 // OpCount counts one worker's operations.
@@ -80,44 +76,6 @@ func (s *Summary) Failed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.Lost) > 0 || len(s.Failures) > 0
-}
-
-// LostAny reports whether anything acknowledged was lost, explained by a
-// known issue or not.
-func (s *Summary) LostAny() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.Lost) > 0 || len(s.LostKnown) > 0
-}
-
-// explainLosses moves the losses that a known tract-store issue explains
-// into LostKnown: once a checker reported the tract store's known metadata
-// problem (tractMetadataIssue) in this run, an acknowledged blob that no
-// longer exists, or a file whose data cannot be read (EIO), is the
-// consequence it describes.
-func (s *Summary) explainLosses() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	seen := false
-	for _, k := range s.Known {
-		if strings.HasPrefix(k.Detail, tractMetadataIssue) {
-			seen = true
-		}
-	}
-	if !seen {
-		return
-	}
-	var keep []Finding
-	for _, l := range s.Lost {
-		blobGone := l.Kind == "blob" && (strings.Contains(l.Detail, "BLOB_NOT_FOUND") || strings.Contains(l.Detail, "does not exist"))
-		fileData := l.Kind == "file" && strings.Contains(l.Detail, "input/output error")
-		if blobGone || fileData {
-			s.LostKnown = append(s.LostKnown, l)
-			continue
-		}
-		keep = append(keep, l)
-	}
-	s.Lost = keep
 }
 
 func (s *Summary) op(worker string, err error) {
@@ -203,8 +161,8 @@ func (s *Summary) brief() string {
 		ok += c.OK
 		failed += c.Failed
 	}
-	return fmt.Sprintf("%d ops acknowledged, %d failed; %d files, %d blobs, %d keys checked; %d lost (%d after known issues), %d other problems, %d known issues",
-		ok, failed, s.Files, s.Blobs, s.Keys, len(s.Lost)+len(s.LostKnown), len(s.LostKnown), len(s.Failures), len(s.Known))
+	return fmt.Sprintf("%d ops acknowledged, %d failed; %d files, %d blobs, %d keys checked; %d lost, %d other problems, %d known issues",
+		ok, failed, s.Files, s.Blobs, s.Keys, len(s.Lost), len(s.Failures), len(s.Known))
 }
 
 // Print writes the summary.
@@ -234,12 +192,8 @@ func (s *Summary) Print(w io.Writer) {
 		c := s.Checks[name]
 		fmt.Fprintf(w, "  %-11s %3d runs, %3d at the first try, longest %v\n", name, c.Runs, c.FirstTry, c.Longest.Round(time.Millisecond))
 	}
-	if len(s.LostKnown) > 0 {
-		fmt.Fprintf(w, "LOST, after the tract store's known metadata issue was reported (%d):\n", len(s.LostKnown))
-		printFindings(w, s.LostKnown)
-	}
 	if len(s.Lost) == 0 {
-		fmt.Fprintf(w, "lost otherwise: nothing\n")
+		fmt.Fprintf(w, "lost: nothing\n")
 	} else {
 		fmt.Fprintf(w, "LOST (%d):\n", len(s.Lost))
 		printFindings(w, s.Lost)

@@ -29,7 +29,8 @@ type disk struct {
 	// queued rows wait for a catch-up worker; wake signals them.
 	queued map[uint32]bool
 	wake   chan struct{}
-	// unforwarded holds the tracts whose last forward failed
+	// unforwarded holds the tracts whose last forward failed, or that
+	// were marked unforwarded in the store when the disk started
 	// (reforward.go); unforwardedCount is its size, read without mu.
 	unforwarded      map[tractKey]bool
 	unforwardedCount atomic.Int64
@@ -63,13 +64,20 @@ type rowState struct {
 }
 
 func newDisk(s *Service, index uint32, path string, st *Store) *disk {
-	return &disk{
+	d := &disk{
 		svc: s, index: index, id: ServerID{Node: s.cfg.NodeID, Disk: index}, path: path, store: st,
-		log:    s.log.With("disk", index),
-		rows:   map[uint32]*rowState{},
-		queued: map[uint32]bool{},
-		wake:   make(chan struct{}, 1),
+		log:         s.log.With("disk", index),
+		rows:        map[uint32]*rowState{},
+		queued:      map[uint32]bool{},
+		wake:        make(chan struct{}, 1),
+		unforwarded: map[tractKey]bool{},
 	}
+	// Versions stored as primary before a crash, perhaps on no replica.
+	for _, k := range st.Unforwarded() {
+		d.unforwarded[k] = true
+	}
+	d.unforwardedCount.Store(int64(len(d.unforwarded)))
+	return d
 }
 
 func roleOf(r Row, id ServerID) (role tpb.RowRole, slot int) {

@@ -14,18 +14,38 @@ import (
 // they would see the older version again. A failed forward therefore
 // leaves the tract in the disk's unforwarded set, and housekeeping sends
 // the primary's current version to the row's other members until they
-// all have it, or until the disk is no longer the row's primary (the new
-// primary's catch-up settles the row then). A later successful forward of
-// the same tract takes it out of the set. An unacknowledged write may
-// take effect (POSIX and FDS allow both outcomes); what this removes is
-// the window in which the replicas disagree with what the primary serves.
-// The set is in memory: a primary that restarts forgets it, and the
-// difference then lasts until the tract's next write or the row's next
-// catch-up, as before.
+// all have it, or until the disk is no longer the row's primary. A later
+// successful forward of the same tract takes it out of the set.
+//
+// The set survives a crash: the primary stores each version together
+// with a mark (Store.PutUnforwarded, one pebble batch) that a successful
+// forward removes, and a restarted disk starts with every marked tract in
+// its set. A primary killed during a forward, or restarted before it
+// forwarded a failed one again, thus still forwards it.
+//
+// Which side is right when the primary holds a version no replica has
+// and no client was told it succeeded: the primary's, as long as it is
+// still the row's primary at the row version it stored the version
+// under. An unacknowledged operation may take effect or not (POSIX and
+// FDS allow both; the client was told it failed, or nothing, and retries
+// with the same request id for blob operations); what matters is that
+// every member ends up with the version the primary serves. Its stamp
+// orders after every version the replicas hold (invariant 1), so they
+// install it over theirs. If the row changed meanwhile (the primary was
+// declared dead and replaced, or demoted), the version is no longer this
+// disk's to forward: the forward is refused (the replicas are at a newer
+// row version) or skipped (the disk is no longer primary), and the row's
+// new primary decides; a returning old primary's catch-up deletes the
+// tracts of its window that the new primary lacks, so the operation then
+// does not take effect, which is the other allowed outcome.
 
 // markUnforwarded records that k's stored version may be missing on some
-// replicas.
+// replicas: in the disk's set and durably in its store (usually marked
+// already by the Put that stored the version). The caller holds k's lock.
 func (d *disk) markUnforwarded(k tractKey) {
+	if err := d.store.MarkUnforwarded(k); err != nil {
+		d.log.Warn("forward again after a restart", "tract", k, "err", err)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.unforwarded == nil {
@@ -37,8 +57,12 @@ func (d *disk) markUnforwarded(k tractKey) {
 
 // forwarded records that every replica holds k's stored version. It is
 // on every write's path, and the set is almost always empty: the count
-// spares those writes the disk's lock.
+// spares those writes the disk's lock. The caller holds k's lock (so a
+// newer version's mark is not taken for this one's).
 func (d *disk) forwarded(k tractKey) {
+	if err := d.store.Forwarded(k); err != nil {
+		d.log.Warn("clear a forwarded tract's mark", "tract", k, "err", err)
+	}
 	if d.unforwardedCount.Load() == 0 {
 		return
 	}
@@ -67,7 +91,6 @@ func (d *disk) reforward(ctx context.Context) {
 		}
 		done, err := d.reforwardOne(ctx, k)
 		if done {
-			d.forwarded(k)
 			continue
 		}
 		// The member that refused this one most likely refuses the rest
@@ -80,22 +103,22 @@ func (d *disk) reforward(ctx context.Context) {
 
 // reforwardOne forwards k's stored version; done is true when nothing is
 // left to do for k here (forwarded, gone, or no longer this disk's to
-// forward).
+// forward), and k is then out of the set.
 func (d *disk) reforwardOne(ctx context.Context, k tractKey) (done bool, err error) {
+	unlock := d.locks.lock(k)
+	defer unlock()
 	t, err := d.svc.currentTable()
 	if err != nil {
 		return false, err
 	}
 	ri := t.Locate(k.guid, k.tract)
 	row := t.Rows[ri]
-	if role, _ := roleOf(row, d.id); role != tpb.RowRole_ROW_ROLE_PRIMARY {
-		return true, nil
-	}
-	unlock := d.locks.lock(k)
-	defer unlock()
 	m, ok := d.store.Get(k)
-	if !ok || m.Shard != nil {
-		return true, nil // gone, or a shard (written by its client to every slot)
+	if role, _ := roleOf(row, d.id); role != tpb.RowRole_ROW_ROLE_PRIMARY || !ok || m.Shard != nil {
+		// No longer the primary, gone, or a shard (written by its client
+		// to every slot).
+		d.forwarded(k)
+		return true, nil
 	}
 	var data []byte
 	replication := t.Replication
@@ -108,5 +131,6 @@ func (d *disk) reforwardOne(ctx context.Context, k tractKey) (done bool, err err
 	if err := d.forward(ctx, t, ri, row, k, m, data, row.Targets(replication)); err != nil {
 		return false, err
 	}
+	d.forwarded(k)
 	return true, nil
 }

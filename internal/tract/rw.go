@@ -82,7 +82,7 @@ func (d *disk) writeTract(ctx context.Context, req *tpb.WriteTractRequest) (*tpb
 		Row: uint32(ri), Stamp: stamp, Length: uint32(len(req.Data)), Crc32C: req.Crc32C,
 		Replication: req.Replication, Incarnation: req.Incarnation, WrittenUnixMs: d.svc.cfg.Now().UnixMilli(),
 	}
-	if err := d.store.Put(k, m, req.Data); err != nil {
+	if err := d.store.PutUnforwarded(k, m, req.Data); err != nil {
 		return nil, err
 	}
 	if err := d.forward(ctx, t, ri, row, k, m, req.Data, row.Targets(int(req.Replication))); err != nil {
@@ -341,7 +341,7 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 	}
 	m := &tpb.TractMeta{Row: uint32(ri), Stamp: stamp, Replication: uint32(t.Replication), Incarnation: nb.Incarnation,
 		WrittenUnixMs: now, Blob: nb}
-	if err := d.store.Put(k, m, nil); err != nil {
+	if err := d.store.PutUnforwarded(k, m, nil); err != nil {
 		return nil, err
 	}
 	if err := d.forward(ctx, t, ri, row, k, m, nil, row.Targets(t.Replication)); err != nil {

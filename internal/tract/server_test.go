@@ -905,3 +905,122 @@ func TestUnacknowledgedWritesReachTheReplicas(t *testing.T) {
 		return true
 	})
 }
+
+// TestUnforwardedSurvivesPrimaryRestart: a write and a blob operation
+// whose forward failed stay on their primaries, which crash before they
+// could forward them again and restart into unchanged rows. The mark
+// stored with each version brings them back into the set, and the
+// primaries forward them once the replicas answer: the replicas end up
+// with the versions the primaries serve (the nemesis's blob verify saw
+// them differ, issue 13).
+func TestUnforwardedSurvivesPrimaryRestart(t *testing.T) {
+	c := newTestCluster(t, 3, 3, testTractSize)
+	ctx := ctxT(t)
+	cl := c.client()
+	defer cl.Close()
+	g := NewGUID()
+	b, err := cl.CreateBlob(ctx, g, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Extend(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteTract(ctx, 0, []byte("acknowledged")); err != nil {
+		t.Fatal(err)
+	}
+	tbl := c.table()
+	metaRow := tbl.Rows[tbl.Locate(g, MetadataTract)]
+	dataRow := tbl.Rows[tbl.Locate(g, 0)]
+	replicas := map[uint64]bool{}
+	for _, s := range append(append([]ServerID(nil), metaRow.Slots[1:3]...), dataRow.Slots[1:3]...) {
+		replicas[s.Node] = true
+	}
+	refuse := func(node uint64, method string) error {
+		if replicas[node] && strings.HasSuffix(method, "/Replicate") {
+			return status.Error(codes.Unavailable, "injected: replica unreachable")
+		}
+		return nil
+	}
+	c.refuse.Store(&refuse)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, extendErr := cl.blobOp(short, g, &tpb.BlobOpRequest{Op: tpb.BlobOpKind_BLOB_OP_EXTEND, ExtendTracts: 2, RequestId: []byte("refused-extend")})
+	cancel()
+	short, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	writeErr := b.WriteTract(short, 0, []byte("refused write"))
+	cancel()
+	if extendErr == nil || writeErr == nil {
+		t.Fatalf("extend (%v) and write (%v) succeeded while the replicas refused every forward", extendErr, writeErr)
+	}
+	metaKey, dataKey := tractKey{guid: g, tract: MetadataTract}, tractKey{guid: g, tract: 0}
+	primaries := map[uint64]bool{metaRow.Slots[0].Node: true, dataRow.Slots[0].Node: true}
+	primaryMeta, _ := c.nodes[metaRow.Slots[0].Node].svc.Store(0).Get(metaKey)
+	primaryData, _ := c.nodes[dataRow.Slots[0].Node].svc.Store(0).Get(dataKey)
+	if primaryMeta.GetBlob().GetLengthTracts() != 3 || primaryData.GetLength() != uint32(len("refused write")) {
+		t.Fatalf("the primaries hold %v and %v, not the refused operations", primaryMeta.GetBlob(), primaryData)
+	}
+	// Crash the primaries while the replicas still refuse (the in-memory
+	// set is lost with them), and restart them into the same rows. A
+	// restarted primary asks its rows' members once to catch up from it
+	// (pushSync); those requests are refused too, as they are when a
+	// replica is partitioned or down at that moment, so only the marks can
+	// bring the versions to the replicas.
+	for id := range primaries {
+		c.crash(id)
+	}
+	pushes := 0 // SyncRow requests the restarted primaries will send
+	for _, row := range tbl.Rows {
+		if !primaries[row.Slots[0].Node] {
+			continue
+		}
+		for _, m := range row.Slots[1:] {
+			if !primaries[m.Node] {
+				pushes++
+			}
+		}
+	}
+	var refusedPushes atomic.Int64
+	refuseRestart := func(node uint64, method string) error {
+		if strings.HasSuffix(method, "/SyncRow") && !primaries[node] {
+			refusedPushes.Add(1)
+			return status.Error(codes.Unavailable, "injected: member unreachable")
+		}
+		return refuse(node, method)
+	}
+	c.refuse.Store(&refuseRestart)
+	for id := range primaries {
+		c.restart(id)
+	}
+	c.waitFor("the restarted primaries to ask their members to catch up", func() bool { return refusedPushes.Load() >= int64(pushes) })
+	c.refuse.Store(nil)
+	c.waitFor("the replicas to hold the restarted primaries' versions", func() bool {
+		for _, s := range metaRow.Slots[:3] {
+			if m, ok := c.nodes[s.Node].svc.Store(0).Get(metaKey); !ok || !stampEqual(m.Stamp, primaryMeta.Stamp) {
+				return false
+			}
+		}
+		for _, s := range dataRow.Slots[:3] {
+			if m, ok := c.nodes[s.Node].svc.Store(0).Get(dataKey); !ok || !stampEqual(m.Stamp, primaryData.Stamp) {
+				return false
+			}
+		}
+		return true
+	})
+	// Once forwarded, nothing stays marked, and a verify finds no
+	// difference.
+	c.waitFor("the marks to be cleared", func() bool {
+		for id := range primaries {
+			if n := len(c.nodes[id].svc.Store(0).Unforwarded()); n != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	rep, err := cl.Verify(ctx, VerifyOptions{Blobs: []GUID{g}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("verify after the restart: %v", rep.Problems)
+	}
+}

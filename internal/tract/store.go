@@ -26,6 +26,7 @@ import (
 //	t m <disk:4> <guid:16> <tract:8>   TractMeta
 //	t d <disk:4> <guid:16> <tract:8>   data of an embedded (small) tract
 //	t r <disk:4> <row:4>               RowSync
+//	t u <disk:4> <guid:16> <tract:8>   empty: stored as primary, not yet known forwarded
 //
 // Tract numbers are stored with the sign bit flipped, so the metadata tract
 // (-1) sorts before tract 0.
@@ -34,6 +35,7 @@ const (
 	kindTract    = 'm'
 	kindData     = 'd'
 	kindRowSync  = 'r'
+	kindUnfwd    = 'u'
 	tractsSubdir = "tracts"
 )
 
@@ -64,6 +66,11 @@ func diskPrefix(kind byte, disk uint32) []byte {
 func tractMetaKey(disk uint32, k tractKey) []byte {
 	b := diskPrefix(kindTract, disk)
 	b = append(b, k.guid[:]...)
+	return binary.BigEndian.AppendUint64(b, uint64(k.tract)^(1<<63))
+}
+
+func unforwardedKey(disk uint32, k tractKey) []byte {
+	b := append(diskPrefix(kindUnfwd, disk), k.guid[:]...)
 	return binary.BigEndian.AppendUint64(b, uint64(k.tract)^(1<<63))
 }
 
@@ -116,6 +123,9 @@ type Store struct {
 	rowSync map[uint32]*tpb.RowSync
 	bytes   uint64
 	dirs    map[string]bool
+	// unforwarded mirrors the durable marks of versions stored as a
+	// row's primary and not yet known to be on its other members.
+	unforwarded map[tractKey]bool
 }
 
 // OpenStore opens disk number disk at path: its records from db (shared
@@ -126,7 +136,7 @@ func OpenStore(disk uint32, path string, fs vfs.FS, db *pebble.DB, syncWrites bo
 	s := &Store{
 		disk: disk, dir: fs.PathJoin(path, tractsSubdir), fs: fs, db: db, sync: syncWrites, embedBytes: max(embedBytes, 0),
 		tracts: map[tractKey]*tpb.TractMeta{}, byRow: map[uint32]map[tractKey]struct{}{},
-		rowSync: map[uint32]*tpb.RowSync{}, dirs: map[string]bool{},
+		rowSync: map[uint32]*tpb.RowSync{}, dirs: map[string]bool{}, unforwarded: map[tractKey]bool{},
 	}
 	if err := fs.MkdirAll(s.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("tract store %s: %w", s.dir, err)
@@ -158,6 +168,25 @@ func (s *Store) load() error {
 			return fmt.Errorf("tract %s: %w", tk, err)
 		}
 		s.index(tk, m)
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	lower = diskPrefix(kindUnfwd, s.disk)
+	it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixUpperBound(lower)})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()[len(lower):]
+		if len(k) != 24 {
+			it.Close()
+			return fmt.Errorf("malformed unforwarded key %x", it.Key())
+		}
+		var tk tractKey
+		copy(tk.guid[:], k[:16])
+		tk.tract = int64(binary.BigEndian.Uint64(k[16:]) ^ (1 << 63))
+		s.unforwarded[tk] = true
 	}
 	if err := it.Close(); err != nil {
 		return err
@@ -304,6 +333,19 @@ func (s *Store) ReadData(k tractKey, m *tpb.TractMeta) ([]byte, error) {
 // tract. It replaces the previous version. The caller serialises Puts of
 // one tract.
 func (s *Store) Put(k tractKey, m *tpb.TractMeta, data []byte) error {
+	return s.put(k, m, data, false)
+}
+
+// PutUnforwarded is Put for a row's primary, which stores a version before
+// it forwards it: the record and a mark saying the version may be missing
+// on the row's other members are one batch, so a primary that crashes
+// before (or while) forwarding knows after its restart what to forward
+// again. Forwarded removes the mark.
+func (s *Store) PutUnforwarded(k tractKey, m *tpb.TractMeta, data []byte) error {
+	return s.put(k, m, data, true)
+}
+
+func (s *Store) put(k tractKey, m *tpb.TractMeta, data []byte, unforwarded bool) error {
 	if m.Blob == nil {
 		if len(data) != int(m.Length) || Checksum(data) != m.Crc32C {
 			return fmt.Errorf("tract %s: data does not match its record (%d bytes, want %d)", k, len(data), m.Length)
@@ -339,11 +381,19 @@ func (s *Store) Put(k tractKey, m *tpb.TractMeta, data []byte) error {
 			return err
 		}
 	}
+	if unforwarded {
+		if err := b.Set(unforwardedKey(s.disk, k), nil, nil); err != nil {
+			return err
+		}
+	}
 	if err := b.Commit(s.writeOpts()); err != nil {
 		return fmt.Errorf("tract %s: record: %w", k, err)
 	}
 	s.mu.Lock()
 	s.index(k, m)
+	if unforwarded {
+		s.unforwarded[k] = true
+	}
 	s.mu.Unlock()
 	if hadOld && old.Blob == nil && old.Length > 0 && !old.Embedded && !proto.Equal(old.Stamp, m.Stamp) {
 		if err := s.fs.Remove(s.fileName(k, old.Stamp)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -408,11 +458,20 @@ func (s *Store) Delete(k tractKey) error {
 			return err
 		}
 	}
+	s.mu.RLock()
+	marked := s.unforwarded[k]
+	s.mu.RUnlock()
+	if marked {
+		if err := b.Delete(unforwardedKey(s.disk, k), nil); err != nil {
+			return err
+		}
+	}
 	if err := b.Commit(s.writeOpts()); err != nil {
 		return fmt.Errorf("tract %s: %w", k, err)
 	}
 	s.mu.Lock()
 	s.unindex(k)
+	delete(s.unforwarded, k)
 	s.mu.Unlock()
 	if old.Blob == nil && old.Length > 0 && !old.Embedded {
 		if err := s.fs.Remove(s.fileName(k, old.Stamp)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -420,6 +479,57 @@ func (s *Store) Delete(k tractKey) error {
 		}
 	}
 	return nil
+}
+
+// MarkUnforwarded records durably that k's stored version may be missing
+// on the row's other members (see PutUnforwarded).
+func (s *Store) MarkUnforwarded(k tractKey) error {
+	s.mu.RLock()
+	marked := s.unforwarded[k]
+	s.mu.RUnlock()
+	if marked {
+		return nil
+	}
+	if err := s.db.Set(unforwardedKey(s.disk, k), nil, s.writeOpts()); err != nil {
+		return fmt.Errorf("tract %s: mark unforwarded: %w", k, err)
+	}
+	s.mu.Lock()
+	s.unforwarded[k] = true
+	s.mu.Unlock()
+	return nil
+}
+
+// Forwarded removes k's mark: every member holds its stored version (or
+// the version is no longer this store's to forward). The removal need
+// not be durable: a mark that survives a crash costs one forward more,
+// which a replica takes as a repeat.
+func (s *Store) Forwarded(k tractKey) error {
+	s.mu.RLock()
+	marked := s.unforwarded[k]
+	s.mu.RUnlock()
+	if !marked {
+		return nil
+	}
+	if err := s.db.Delete(unforwardedKey(s.disk, k), pebble.NoSync); err != nil {
+		return fmt.Errorf("tract %s: clear unforwarded: %w", k, err)
+	}
+	s.mu.Lock()
+	delete(s.unforwarded, k)
+	s.mu.Unlock()
+	return nil
+}
+
+// Unforwarded returns the tracts marked as possibly missing on their
+// row's other members, sorted.
+func (s *Store) Unforwarded() []tractKey {
+	s.mu.RLock()
+	out := make([]tractKey, 0, len(s.unforwarded))
+	for k := range s.unforwarded {
+		out = append(out, k)
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].less(out[j]) })
+	return out
 }
 
 // RowTracts returns the tracts the store holds in a row, sorted.

@@ -241,3 +241,59 @@ func TestStoreEmbedsSmallTracts(t *testing.T) {
 		t.Fatal("the embedded data outlives its tract")
 	}
 }
+
+// TestStoreUnforwardedMarks: a primary's version is marked with its record
+// (one batch), the mark survives a reopen, and Forwarded, MarkUnforwarded
+// and Delete keep the marks and the database in step.
+func TestStoreUnforwardedMarks(t *testing.T) {
+	fs := vfs.NewMem()
+	db := newTestDB(t, fs)
+	s := openTestStore(t, fs, db)
+	g := GUID{9}
+	k0, k1, meta := tractKey{g, 0}, tractKey{g, 1}, tractKey{g, MetadataTract}
+	d := []byte("stored by the primary")
+	if err := s.PutUnforwarded(k0, metaFor(4, 1, 1, d), d); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutUnforwarded(meta, &tpb.TractMeta{Row: 3, Stamp: &tpb.Stamp{RowVersion: 1, Seq: 1}, Blob: &tpb.BlobMeta{LengthTracts: 1, Replication: 3, Incarnation: 9}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(k1, metaFor(5, 1, 1, d), d); err != nil { // a replica's copy: no mark
+		t.Fatal(err)
+	}
+	want := func(s *Store, keys ...tractKey) {
+		t.Helper()
+		got := s.Unforwarded()
+		if len(got) != len(keys) {
+			t.Fatalf("unforwarded %v, want %v", got, keys)
+		}
+		for i := range keys {
+			if got[i] != keys[i] {
+				t.Fatalf("unforwarded %v, want %v", got, keys)
+			}
+		}
+	}
+	want(s, meta, k0)
+	want(openTestStore(t, fs, db), meta, k0)
+	if err := s.Forwarded(meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkUnforwarded(k1); err != nil {
+		t.Fatal(err)
+	}
+	want(s, k0, k1)
+	want(openTestStore(t, fs, db), k0, k1)
+	if err := s.Delete(k0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Forwarded(k1); err != nil {
+		t.Fatal(err)
+	}
+	want(s)
+	want(openTestStore(t, fs, db))
+	// A failed put (data that does not match its record) marks nothing.
+	if err := s.PutUnforwarded(k0, metaFor(4, 2, 1, d), []byte("other")); err == nil {
+		t.Fatal("a put of data that does not match its record succeeded")
+	}
+	want(openTestStore(t, fs, db))
+}
