@@ -35,6 +35,7 @@
 //
 //	t m <disk:4> <guid:16> <tract:8, sign flipped>   TractMeta: row, stamp, length, CRC-32C, replication, incarnation
 //	t r <disk:4> <row:4>                             RowSync: last row version (and slot) caught up at
+//	t u <disk:4> <guid:16> <tract:8, sign flipped>   a version the primary stored and may not have forwarded (reforward.go)
 //
 // and every record is cached in memory. The metadata tract (-1) has no
 // file: its record carries the BlobMeta (length in tracts, replication,
@@ -57,7 +58,10 @@
 // extend, delete) go to the primary of the metadata tract's row, which
 // decides them under the tract's lock and forwards the new record to every
 // member; extend is atomic and returns the new size, and a retried
-// mutation (same request id) is answered with its first result. Reads go
+// mutation (same request id) is answered with its first result. A version
+// whose forward failed (or was cut short by a crash) stays marked on the
+// primary, which forwards it again until its replicas hold it or it is no
+// longer the row's primary (reforward.go): the primary's version wins. Reads go
 // to any readable slot member; a blob with replication r uses slots
 // 0..r-1 of each row (FDS §3.3).
 //
