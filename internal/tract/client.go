@@ -70,6 +70,11 @@ type Client struct {
 	coders coders
 	// degradedReads counts erasure-coded reads that had to reconstruct.
 	degradedReads atomic.Uint64
+	// degradedWrites counts erasure-coded writes acknowledged with
+	// shards missing (their servers unreachable).
+	degradedWrites atomic.Uint64
+	// layoutsOK holds the checkedLayouts that passed CheckLayout.
+	layoutsOK sync.Map
 }
 
 // NewClient returns a client; it contacts nothing until the first call.
@@ -689,6 +694,10 @@ func (c *Client) NodeStatus(ctx context.Context, node uint64, allRows bool) (*tp
 // DegradedReads counts the erasure-coded tract reads this client served by
 // reconstructing from parity.
 func (c *Client) DegradedReads() uint64 { return c.degradedReads.Load() }
+
+// DegradedWrites returns how many erasure-coded tract writes were
+// acknowledged with shards missing.
+func (c *Client) DegradedWrites() uint64 { return c.degradedWrites.Load() }
 
 // ScrubNode runs a scrubber pass on every disk of a node now.
 func (c *Client) ScrubNode(ctx context.Context, node uint64, verify bool) (*tpb.ScrubResponse, error) {

@@ -188,6 +188,9 @@ func (d *disk) observe(ctx context.Context, t *Table, continuous bool) {
 	if len(pushTo) > 0 {
 		go d.pushSync(ctx, t, pushTo)
 	}
+	if first && len(records) > 0 {
+		go d.recheckShards(ctx, t, records)
+	}
 }
 
 // pushSync asks the other members of rows this server (newly) leads to

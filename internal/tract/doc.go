@@ -102,12 +102,33 @@
 //     ceil(len/D) bytes, the last zero-padded, and P parity shards) and
 //     sends shard i to slot i's server and to the pending entries for
 //     slot i, all in parallel (WriteShard). Every shard of one write
-//     carries the same random write id, the tract's length and its
-//     CRC-32C. A write is acknowledged only when every shard is durable on
-//     every target (all D+P: no write is acknowledged into a degraded
-//     stripe); a failed write is retried whole after a TLT refresh, so
-//     writes to a row stall while one of its servers is down and not yet
-//     replaced, as replicated writes do.
+//     carries the same random write id, the tract's length, its CRC-32C
+//     and the write's generation: one more than the highest the client
+//     finds among the stripe's shards (a metadata read of every slot, of
+//     which D+1 must answer). A server refuses a client shard no newer
+//     than the one it holds (a late retry, or an uncoordinated concurrent
+//     writer).
+//   - Acknowledgement (issue 16's "D+1 with the rest repaired"): a write
+//     is acknowledged when every shard is durable on all its targets, or,
+//     when some shards' servers cannot be reached (down, not answering in
+//     time, or cut off from the directory: a dead member no server can
+//     replace, as on a cluster of exactly D+P failure domains), when at
+//     least D+1 shards are durable and every other one failed only for
+//     want of its server. A shard refused by a live server fails the
+//     attempt, which is retried whole after a TLT refresh. The missing
+//     shards are rebuilt by their server: a restarted server rebuilds the
+//     shards of every row it holds (replica rows by their catch-up, rows
+//     it leads by recheckShards), a server back from a cut-off catches up
+//     every row, a replaced one is rebuilt by its successor, and the
+//     scrubber's parity pass rewrites any shard of an older write (a
+//     timeout to a live server). Why D+1: two writes cannot both hold D+1
+//     of the D+P shards (for D >= P), so an acknowledged write outvotes
+//     every older one, and it survives one more lost shard.
+//   - The stripe's write (chooseWrite, one rule for reads, rebuilds,
+//     verify and the scrubber) is the newest generation of which D shards
+//     are found. A shard that missed writes has an older generation and is
+//     never read as the tract's: while D+1 shards of the acknowledged
+//     write survive, no older write has D.
 //   - Partial writes and appends (rangeio.go) read-modify-write the
 //     stripe: read the tract (reconstructing it if need be), patch, write
 //     the whole stripe with a new write id. Tracts are the unit of
@@ -116,10 +137,10 @@
 //   - Reads read the D data shards (slots 0..D-1) in parallel; if one is
 //     missing, fails its checksum, belongs to another write or its
 //     server cannot answer, they read the parity shards too and decode
-//     from any D shards of one write (the write with most shards), and
-//     check the decoded tract against the writer's CRC-32C. A tract of
-//     which D servers answer without any shard is a hole (every
-//     acknowledged write reached all D+P).
+//     from the stripe's write (chooseWrite), and check the decoded tract
+//     against the writer's CRC-32C. A tract of which D servers answer
+//     without any shard is a hole (every acknowledged write reached D+1
+//     servers, and D+1 + D > D+P).
 //   - Shards are records of their own (TractMeta.shard): a server holds
 //     at most one shard per tract, whatever its index. Catch-ups from the
 //     primary neither list, copy nor drop them; instead a member that
@@ -127,9 +148,9 @@
 //     a server back from an absence) rebuilds, before it calls the row in
 //     sync, every shard of its slot it lacks or holds of another write or
 //     index: it lists the shards of the row's other members, picks each
-//     stripe's write with most shards, reads D of them and decodes its
-//     own (ReconstructSome), installing it only if its record did not
-//     change meanwhile. Each affected row is rebuilt by its own new
+//     stripe's write (chooseWrite), reads D of them and decodes its own
+//     (ReconstructSome), installing it only if its record did not change
+//     meanwhile and is not of a newer generation. Each affected row is rebuilt by its own new
 //     member, so recovery reads from all surviving disks and writes to
 //     all new ones at once (FDS §3.2). A promoted primary holds another
 //     slot's shard; it rebuilds shard 0 over it, which keeps at least D
@@ -174,16 +195,22 @@
 //
 // # Known limits
 //
-// Erasure-coded writes need every shard's server: with no server free to
-// take a dead one's slot (a cluster of exactly D+P failure domains), an
-// ec blob reads (degraded) but cannot be written until the server
-// returns. A stripe whose writer died between its shard writes may hold
-// shards of two writes; reads pick the one with D shards or more, and if
-// neither has D, that tract is lost: reads fail (never return wrong data),
-// verify reports it, and a rebuild skips it rather than hold back its
-// row's catch-up. A catch-up lists the shards of every member of the row,
-// so a member that does not answer (a partition) delays it by up to the
-// RPC timeout.
+// Erasure-coded writes go on with up to P-1 shards' servers unreachable
+// (D+1 durable), so with a dead member no server can replace, ec blobs
+// are written degraded (they survive one more loss until the member
+// returns and rebuilds); with P down they stall until one returns or is
+// replaced. Blob metadata operations (create, extend, delete) still need
+// every member of the metadata tract's row, as replicated writes do: with
+// a dead member no server can replace, they stall until it returns. A
+// shard missed for a timeout to a live server waits for the scrubber's
+// parity pass (VerifyInterval) or that server's restart; reads decode
+// around it meanwhile. A stripe whose writer died between its shard
+// writes may hold shards of two writes; reads pick the newest with D
+// shards or more, and if neither has D, that tract is lost: reads fail
+// (never return wrong data), verify reports it, and a rebuild skips it
+// rather than hold back its row's catch-up. A catch-up lists the shards of
+// every member of the row, so a member that does not answer (a partition)
+// delays it by up to the RPC timeout.
 //
 // Tombstones of deleted blobs are kept (a few hundred bytes each). The
 // scrubber asks each blob's metadata primary once per pass. Writes to a

@@ -12,8 +12,12 @@ import (
 	crand "crypto/rand"
 
 	"github.com/klauspost/reedsolomon"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
+	"google.golang.org/protobuf/proto"
+
 	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
 )
 
@@ -235,6 +239,44 @@ func (c *Client) checkDomains(ctx context.Context, t *Table, e ECLayout) error {
 	return nil
 }
 
+// CheckLayout reports whether the cluster can hold blobs of layout l: K
+// replicas need TLT rows of at least K slots; ec:D+P needs rows of at
+// least D+P slots whose first D+P are in distinct failure domains. A
+// refusal is INVALID_ARGUMENT and says what the cluster has.
+func (c *Client) CheckLayout(ctx context.Context, l Layout) error {
+	t, err := c.TLT(ctx)
+	if err != nil {
+		return err
+	}
+	if !l.IsEC() {
+		if l.Replicas < 0 || l.Replicas > t.Replication {
+			return invalidf("layout %s: this cluster's TLT rows have %d slots (the tract store's replication option)", l, t.Replication)
+		}
+		return nil
+	}
+	if err := l.EC.check(t.Replication); err != nil {
+		return err
+	}
+	// The domains of one table's rows are checked once (a file system
+	// creates a blob per file).
+	key := checkedLayout{version: t.Version, e: l.EC}
+	if _, ok := c.layoutsOK.Load(key); ok {
+		return nil
+	}
+	if err := c.checkDomains(ctx, t, l.EC); err != nil {
+		return err
+	}
+	c.layoutsOK.Store(key, true)
+	return nil
+}
+
+// checkedLayout is an erasure-coded layout whose placement was checked
+// against one version of the TLT.
+type checkedLayout struct {
+	version uint64
+	e       ECLayout
+}
+
 // CreateBlobLayout creates a blob of n tracts with the given layout. An
 // erasure-coded layout needs TLT rows of at least D+P slots in distinct
 // failure domains; otherwise it is refused with INVALID_ARGUMENT and
@@ -246,14 +288,7 @@ func (c *Client) CreateBlobLayout(ctx context.Context, g GUID, l Layout, n uint6
 	if n > maxExtendTracts {
 		return nil, invalidf("create with %d tracts: must be at most %d (maxExtendTracts)", n, maxExtendTracts)
 	}
-	t, err := c.TLT(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := l.EC.check(t.Replication); err != nil {
-		return nil, err
-	}
-	if err := c.checkDomains(ctx, t, l.EC); err != nil {
+	if err := c.CheckLayout(ctx, l); err != nil {
 		return nil, err
 	}
 	m, err := c.blobOp(ctx, g, &tpb.BlobOpRequest{Op: tpb.BlobOpKind_BLOB_OP_CREATE, Ec: l.EC.toProto(), ExtendTracts: n, RequestId: newRequestID()})
@@ -275,9 +310,14 @@ func shardTargets(row Row, i int) []ServerID {
 	return out
 }
 
-// writeStripe encodes tract i and writes its shards in parallel; it
-// returns once every shard's every target has stored it (the
-// acknowledgement rule: all D+P shards durable).
+// writeStripe encodes tract i and writes its shards in parallel, under a
+// generation one above the highest any of the stripe's servers holds. It
+// returns once the write is acknowledged (the package doc's rule): every
+// shard durable on all its targets, or, when the servers of some shards
+// cannot be reached (dead, not yet replaced), at least Data+1 shards
+// durable and every other one failed only for want of its server; those
+// shards are rebuilt when their server returns (its catch-up) or by the
+// scrubber.
 func (b *Blob) writeStripe(ctx context.Context, info BlobInfo, i uint64, data []byte) error {
 	enc, err := b.c.coders.get(info.Layout.EC)
 	if err != nil {
@@ -292,17 +332,25 @@ func (b *Blob) writeStripe(ctx context.Context, info BlobInfo, i uint64, data []
 	for j, s := range shards {
 		crcs[j] = Checksum(s)
 	}
-	desc := &tpb.Shard{Ec: e.toProto(), TractLength: uint32(len(data)), TractCrc32C: Checksum(data), WriteId: newWriteID()}
 	return b.c.do(ctx, fmt.Sprintf("write stripe %s/%d", b.guid, i), func(ctx context.Context, t *Table) error {
 		row := t.Rows[t.Locate(b.guid, int64(i))]
 		if len(row.Slots) < e.Width() {
 			return invalidf("layout %s: TLT rows have only %d slots", e, len(row.Slots))
 		}
+		gen, err := b.stripeGeneration(ctx, info, i, row)
+		if err != nil {
+			return err
+		}
+		desc := &tpb.Shard{Ec: e.toProto(), TractLength: uint32(len(data)), TractCrc32C: Checksum(data), WriteId: newWriteID(), Generation: gen + 1}
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var errs []error
+		failed := make([]bool, e.Width()) // shard j missed a target
+		missable := make([]bool, e.Width())
 		for j := range e.Width() {
-			s := &tpb.Shard{Index: uint32(j), Ec: desc.Ec, TractLength: desc.TractLength, TractCrc32C: desc.TractCrc32C, WriteId: desc.WriteId}
+			missable[j] = true
+			s := proto.Clone(desc).(*tpb.Shard)
+			s.Index = uint32(j)
 			for _, srv := range shardTargets(row, j) {
 				wg.Add(1)
 				go func() {
@@ -314,14 +362,84 @@ func (b *Blob) writeStripe(ctx context.Context, info BlobInfo, i uint64, data []
 					if err != nil {
 						mu.Lock()
 						errs = append(errs, fmt.Errorf("shard %d on %s: %w", j, srv, err))
+						failed[j] = true
+						missable[j] = missable[j] && unreachable(err)
 						mu.Unlock()
 					}
 				}()
 			}
 		}
 		wg.Wait()
+		if len(errs) == 0 {
+			return nil
+		}
+		durable, canMiss := 0, true
+		for j := range e.Width() {
+			if !failed[j] {
+				durable++
+			} else if !missable[j] {
+				canMiss = false
+			}
+		}
+		if canMiss && durable >= e.Data+1 && ctx.Err() == nil {
+			b.c.degradedWrites.Add(1)
+			b.c.log.Debug("erasure-coded write acknowledged with shards missing: their servers are unreachable", "blob", b.guid, "tract", i,
+				"durable", durable, "of", e.Width(), "generation", desc.Generation, "err", errors.Join(errs...))
+			return nil
+		}
 		return firstRetryable(errs)
 	})
+}
+
+// unreachable reports whether a shard write failed for want of its
+// server (it is down, did not answer in time, or is cut off from the
+// directory) rather than because the server refused it: only such a shard may be missing from an
+// acknowledged write.
+func unreachable(err error) bool {
+	if te, ok := ErrorOf(err); ok {
+		// A server cut off from the directory (or behind its table)
+		// catches up every row it holds once it is back (disk.observe).
+		return te.Code == tpb.ErrorCode_TLT_BEHIND
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// stripeGeneration returns the highest generation of tract i's shards
+// (of this incarnation) among the row's slots. It needs the answer of
+// Data+1 of them: fewer could not acknowledge the write, and any Parity+1
+// meet at least one shard of the last acknowledged write (which reached
+// Data+1 of the Data+Parity).
+func (b *Blob) stripeGeneration(ctx context.Context, info BlobInfo, i uint64, row Row) (uint64, error) {
+	e := info.Layout.EC
+	st := newStripeState(e)
+	out := make([]shardRead, e.Width())
+	var wg sync.WaitGroup
+	for j := range e.Width() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[j] = b.c.readShard(ctx, b.guid, int64(i), row, j, row.Slots[j], info.Incarnation, true)
+		}()
+	}
+	wg.Wait()
+	for _, r := range out {
+		st.add(r)
+	}
+	for _, err := range st.errs {
+		if c := CodeOf(err); c == tpb.ErrorCode_STALE_TLT || c == tpb.ErrorCode_WRONG_SERVER {
+			return 0, err
+		}
+	}
+	if st.answered < e.Data+1 {
+		// Too few to acknowledge a write: do not overwrite any shard.
+		return 0, errorf(tpb.ErrorCode_REPLICA_FAILED, "tract %d of %s: %d of %d shard servers answered, a write needs %d: %v",
+			i, b.guid, st.answered, e.Width(), e.Data+1, errors.Join(st.errs...))
+	}
+	return st.maxGen, nil
 }
 
 // firstRetryable joins errors, answering a final one if there is one (so
@@ -346,12 +464,12 @@ func firstRetryable(errs []error) error {
 func (c *Client) writeShard(ctx context.Context, srv ServerID, req *tpb.WriteShardRequest) error {
 	s, err := c.server(ctx, srv)
 	if err != nil {
-		return errorf(tpb.ErrorCode_REPLICA_FAILED, "%v", err)
+		return status.Error(codes.Unavailable, err.Error())
 	}
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
 	_, err = s.WriteShard(actx, req)
-	return err
+	return fromWire(err)
 }
 
 // shardRead is one server's answer for a stripe.
@@ -386,17 +504,70 @@ func (c *Client) readShard(ctx context.Context, g GUID, tract int64, row Row, sl
 	return r
 }
 
-// stripeState sorts the shards read of a stripe: usable shards by write
-// id, and how many servers answered at all.
+// stripeWrite identifies one write of a stripe: the blob's incarnation,
+// the write's generation and its id.
+type stripeWrite struct {
+	incarnation, generation, writeID uint64
+}
+
+func writeOf(m *tpb.TractMeta) stripeWrite {
+	return stripeWrite{incarnation: m.Incarnation, generation: m.GetShard().GetGeneration(), writeID: m.GetShard().GetWriteId()}
+}
+
+// newer orders writes by generation (then id, then incarnation, only to
+// be deterministic).
+func (w stripeWrite) newer(o stripeWrite) bool {
+	if w.generation != o.generation {
+		return w.generation > o.generation
+	}
+	if w.writeID != o.writeID {
+		return w.writeID > o.writeID
+	}
+	return w.incarnation > o.incarnation
+}
+
+// chooseWrite is the one rule by which reads, rebuilds, verify and the
+// scrubber pick a stripe's write among the shards found (grouped by
+// write, each by shard index): the newest generation of which at least
+// data shards are there. An acknowledged write reached at least Data+1
+// shards and every later write has a higher generation, so a shard that
+// missed writes (its server was down) never outvotes them, and no older
+// write can gather Data shards while Data+1 of a newer one survive (for
+// D >= P). If no write has data shards, it returns the one with most
+// (ties: the newest), which cannot be decoded.
+func chooseWrite[T any](groups map[stripeWrite]map[int]T, data int) (stripeWrite, map[int]T) {
+	var best stripeWrite
+	var bestM map[int]T
+	for w, m := range groups {
+		switch {
+		case bestM == nil:
+		case len(m) >= data && len(bestM) >= data:
+			if !w.newer(best) {
+				continue
+			}
+		case len(m) >= data:
+		case len(bestM) >= data:
+			continue
+		case len(m) < len(bestM) || len(m) == len(bestM) && !w.newer(best):
+			continue
+		}
+		best, bestM = w, m
+	}
+	return best, bestM
+}
+
+// stripeState sorts the shards read of a stripe: usable shards by write,
+// the highest generation seen, and how many servers answered at all.
 type stripeState struct {
 	e        ECLayout
-	byWrite  map[uint64]map[int]shardRead
+	byWrite  map[stripeWrite]map[int]shardRead
+	maxGen   uint64
 	answered int
 	errs     []error
 }
 
 func newStripeState(e ECLayout) *stripeState {
-	return &stripeState{e: e, byWrite: map[uint64]map[int]shardRead{}}
+	return &stripeState{e: e, byWrite: map[stripeWrite]map[int]shardRead{}}
 }
 
 func (st *stripeState) add(r shardRead) {
@@ -409,28 +580,21 @@ func (st *stripeState) add(r shardRead) {
 		return
 	}
 	sh := r.meta.Shard
+	st.maxGen = max(st.maxGen, sh.Generation)
 	if layoutOf(sh.Ec) != st.e || int(sh.Index) >= st.e.Width() {
 		return
 	}
-	w := st.byWrite[sh.WriteId]
+	w := st.byWrite[writeOf(r.meta)]
 	if w == nil {
 		w = map[int]shardRead{}
-		st.byWrite[sh.WriteId] = w
+		st.byWrite[writeOf(r.meta)] = w
 	}
 	w[int(sh.Index)] = r
 }
 
-// best returns the write id with the most distinct shards (at least Data
-// of them are needed to decode).
-func (st *stripeState) best() (uint64, map[int]shardRead) {
-	var id uint64
-	var best map[int]shardRead
-	for w, m := range st.byWrite {
-		if len(m) > len(best) || len(m) == len(best) && w > id {
-			id, best = w, m
-		}
-	}
-	return id, best
+// best returns the stripe's write (chooseWrite) and its shards.
+func (st *stripeState) best() (stripeWrite, map[int]shardRead) {
+	return chooseWrite(st.byWrite, st.e.Data)
 }
 
 // decode returns the tract's data from at least Data shards of one write

@@ -10,6 +10,10 @@ import (
 
 	"github.com/klauspost/reedsolomon"
 
+	"github.com/arbor-storage/arbor/internal/retry"
+
+	"google.golang.org/protobuf/proto"
+
 	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
 )
 
@@ -31,22 +35,16 @@ type shardHolder struct {
 	meta   *tpb.TractMeta
 }
 
-// stripeGroup identifies one write of a stripe.
-type stripeGroup struct {
-	incarnation, writeID uint64
-}
-
-// bestGroup picks, among the shards held of a stripe, the write with the
-// most distinct shard indices (ties: the newest stamp); it returns the
-// holder of each index.
-func bestGroup(holders []shardHolder, e ECLayout) (stripeGroup, map[int]shardHolder) {
-	groups := map[stripeGroup]map[int]shardHolder{}
+// bestGroup picks, among the shards held of a stripe, the write reads
+// and rebuilds use (chooseWrite); it returns the holder of each index.
+func bestGroup(holders []shardHolder, e ECLayout) (stripeWrite, map[int]shardHolder) {
+	groups := map[stripeWrite]map[int]shardHolder{}
 	for _, h := range holders {
 		sh := h.meta.Shard
 		if layoutOf(sh.Ec) != e || int(sh.Index) >= e.Width() {
 			continue
 		}
-		g := stripeGroup{h.meta.Incarnation, sh.WriteId}
+		g := writeOf(h.meta)
 		if groups[g] == nil {
 			groups[g] = map[int]shardHolder{}
 		}
@@ -54,23 +52,7 @@ func bestGroup(holders []shardHolder, e ECLayout) (stripeGroup, map[int]shardHol
 			groups[g][int(sh.Index)] = h
 		}
 	}
-	var best stripeGroup
-	var bestM map[int]shardHolder
-	newest := func(m map[int]shardHolder) *tpb.Stamp {
-		var s *tpb.Stamp
-		for _, h := range m {
-			if s == nil || stampLess(s, h.meta.Stamp) {
-				s = h.meta.Stamp
-			}
-		}
-		return s
-	}
-	for g, m := range groups {
-		if bestM == nil || len(m) > len(bestM) || len(m) == len(bestM) && stampLess(newest(bestM), newest(m)) {
-			best, bestM = g, m
-		}
-	}
-	return best, bestM
+	return chooseWrite(groups, e.Data)
 }
 
 // rowMembers lists a row's servers (slots and pending entries) but self.
@@ -212,6 +194,40 @@ func (d *disk) rebuildShards(ctx context.Context, r uint32, row Row, slot int) (
 	return rebuilt, size, nil
 }
 
+// recheckShards rebuilds, after a restart, the shards of rows this server
+// leads and trusted as complete (their catch-up is skipped): an
+// erasure-coded write may have been acknowledged without this server's
+// shard while it was down (the rows of the other members are caught up
+// at start anyway). It retries a row until it succeeds or the row
+// changes (a new version is caught up the usual way).
+func (d *disk) recheckShards(ctx context.Context, t *Table, rows []uint32) {
+	sem := make(chan struct{}, max(1, d.svc.cfg.FetchParallelism/4))
+	var wg sync.WaitGroup
+	for _, r := range rows {
+		row := t.Rows[r]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for attempt := 0; ; attempt++ {
+				sem <- struct{}{}
+				_, _, err := d.rebuildShards(ctx, r, row, 0)
+				<-sem
+				if err == nil || ctx.Err() != nil {
+					return
+				}
+				if cur, err := d.svc.currentTable(); err == nil && cur.Rows[r].Version != row.Version {
+					return
+				}
+				d.log.Debug("recheck the shards of a row after a restart; retrying", "row", r, "err", err)
+				if retry.Sleep(ctx, retry.Failover.Delay(attempt)) != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // rebuildShard makes this server hold shard slot of the stripe k, given
 // the shards its members hold. It returns the bytes written, or -1 if the
 // shard was already there.
@@ -233,9 +249,12 @@ func (d *disk) rebuildShard(ctx context.Context, k tractKey, r uint32, row Row, 
 	if own != nil && own.Shard.WriteId == g.writeID && own.Incarnation == g.incarnation && int(own.Shard.Index) == slot {
 		return -1, nil
 	}
-	if own != nil && int(own.Shard.Index) == slot && own.Stamp.GetRowVersion() >= row.Version {
-		// A client write of the row's current version: newer than what
-		// the others hold (it is being written to all of them).
+	if own != nil && int(own.Shard.Index) == slot && (own.Incarnation == g.incarnation && own.Shard.Generation > g.generation ||
+		own.Incarnation != g.incarnation && d.svc.cfg.Now().Sub(time.UnixMilli(own.WrittenUnixMs)) < d.svc.cfg.TornStripeGrace) {
+		// A client write newer than the stripe's decodable one (or a
+		// recent one of a new incarnation): it is being written to all
+		// the others. A shard that missed writes while its server was
+		// away has an older generation and is rebuilt.
 		return -1, nil
 	}
 	if len(m) < e.Data {
@@ -304,7 +323,8 @@ func (d *disk) decodeShard(ctx context.Context, k tractKey, row Row, e ECLayout,
 			return nil, nil, err
 		}
 	}
-	out := &tpb.Shard{Index: uint32(want), Ec: desc.Ec, TractLength: desc.TractLength, TractCrc32C: desc.TractCrc32C, WriteId: desc.WriteId}
+	out := proto.Clone(desc).(*tpb.Shard)
+	out.Index = uint32(want)
 	return shards[want], out, nil
 }
 

@@ -3,6 +3,7 @@ package tract
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
 )
@@ -87,7 +88,7 @@ func (d *disk) writeShard(ctx context.Context, req *tpb.WriteShardRequest) (*tpb
 		}
 	}
 	stamp, err := d.putShard(k, ri, row.Version, req.Incarnation, req.Shard, req.Data, expect)
-	if errors.Is(err, errShardChanged) {
+	if errors.Is(err, errShardChanged) || errors.Is(err, errShardNewer) {
 		return nil, errorf(tpb.ErrorCode_REPLICA_FAILED, "tract %s: %v", k, err)
 	}
 	if err != nil {
@@ -102,6 +103,9 @@ func (d *disk) writeShard(ctx context.Context, req *tpb.WriteShardRequest) (*tpb
 // stored one changed since the rebuild read it.
 var errShardChanged = errors.New("the shard was rewritten during its rebuild")
 
+// errShardNewer refuses a client's shard write older than the shard held.
+var errShardNewer = errors.New("a newer write of this stripe is held")
+
 // putShard stores a shard under the tract's lock with the next stamp. With
 // expect set (a rebuild), it installs only if the stored record still has
 // that stamp (or there is none and expect is the zero stamp).
@@ -113,6 +117,10 @@ func (d *disk) putShard(k tractKey, ri int, version, incarnation uint64, s *tpb.
 		if ok != (expect.RowVersion != 0) || ok && !stampEqual(cur.Stamp, expect) {
 			return nil, errShardChanged
 		}
+	} else if ok && cur.Shard != nil && cur.Incarnation == incarnation && cur.Shard.WriteId != s.WriteId && s.Generation <= cur.Shard.Generation {
+		// A client write no newer than the one held: a late retry, or a
+		// concurrent writer (they must coordinate). It changes nothing.
+		return nil, fmt.Errorf("%w: generation %d (write %016x) is held, this write's is %d", errShardNewer, cur.Shard.Generation, cur.Shard.WriteId, s.Generation)
 	}
 	stamp, err := nextStamp(cur, version)
 	if err != nil {

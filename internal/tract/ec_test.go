@@ -593,6 +593,7 @@ func TestECScrubParity(t *testing.T) {
 	r4 := shardOn(t, c, row.Slots[4], g, 2)
 	other := proto.Clone(r4.Meta.Shard).(*tpb.Shard)
 	other.WriteId++
+	other.Generation++
 	stale := bytes.Repeat([]byte{0x33}, len(r4.Data))
 	cc4, _ := c.dial(c.nodes[row.Slots[4].Node].addr)
 	if _, err := tpb.NewTractServerClient(cc4).WriteShard(ctx, &tpb.WriteShardRequest{Disk: 0, Guid: g[:], Tract: 2, RowVersion: row.Version,
@@ -679,6 +680,7 @@ func TestECTornStripe(t *testing.T) {
 		r := shardOn(t, c, row.Slots[j], g, 5)
 		other := proto.Clone(r.Meta.Shard).(*tpb.Shard)
 		other.WriteId++
+		other.Generation++
 		junk := bytes.Repeat([]byte{byte(j)}, len(r.Data))
 		cc, _ := c.dial(c.nodes[row.Slots[j].Node].addr)
 		if _, err := tpb.NewTractServerClient(cc).WriteShard(ctx, &tpb.WriteShardRequest{Disk: 0, Guid: g[:], Tract: 5, RowVersion: row.Version,
@@ -749,5 +751,121 @@ func TestScrubKeepsAFileBeingRecorded(t *testing.T) {
 	}
 	if !d.removeUnreferenced(orphan) {
 		t.Fatal("an orphan file was kept")
+	}
+}
+
+// TestECDegradedWrite: on 7 servers with ec:5+2 (no server can take a
+// dead one's slot), writes go on with a member down and are acknowledged
+// with D+1 shards or more; a second member lost meanwhile still leaves
+// every acknowledged write readable; the stale shards of the member that
+// comes back (same row versions, older generations) are never read as the
+// tract's, its restart rebuilds them, and verify passes.
+func TestECDegradedWrite(t *testing.T) {
+	c := newTestCluster(t, 7, 7, testTractSize)
+	cl := c.client()
+	defer cl.Close()
+	ctx := ctxT(t)
+	want := randomTracts(14, 21)
+	g := putECBlob(t, cl, want)
+	b, err := cl.OpenBlob(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second blob made before the failure (blob metadata operations
+	// still need every member of the metadata row), written after it.
+	g2 := NewGUID()
+	b2, err := cl.CreateBlobLayout(ctx, g2, ec52, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want2 := make([][]byte, 6)
+	const down = 3
+	c.crash(down)
+	c.dir.setState(down, dpb.NodeState_NODE_STATE_DEAD)
+	c.step()
+	rng := rand.New(rand.NewPCG(21, 1))
+	write := func(bl *Blob, w [][]byte, i int, data []byte) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if err := bl.WriteTract(wctx, uint64(i), data); err != nil {
+			t.Fatalf("write tract %d with node %d down: %v", i, down, err)
+		}
+		w[i] = data
+	}
+	for round := range 3 {
+		for i := range want {
+			if rng.IntN(2) == 0 {
+				write(b, want, i, randomTracts(2, uint64(100*round+i))[0][:1+rng.IntN(testTractSize)])
+			}
+		}
+		for i := range want2 {
+			write(b2, want2, i, randomTracts(2, uint64(1000*round+i))[0][:1+rng.IntN(testTractSize)])
+		}
+		checkBlob(t, cl, g, want)
+		checkBlob(t, cl, g2, want2)
+	}
+	// A partial write (read-modify-write of a degraded stripe).
+	patch := []byte("patched while a shard's server is down")
+	if _, err := b.WriteAt(ctx, patch, int64(testTractSize)+100); err != nil {
+		t.Fatal(err)
+	}
+	if len(want[1]) < 100+len(patch) {
+		want[1] = append(want[1], make([]byte, 100+len(patch)-len(want[1]))...)
+	}
+	copy(want[1][100:], patch)
+	if cl.DegradedWrites() == 0 {
+		t.Fatal("no write was acknowledged degraded with a member down")
+	}
+	// One more member lost: the degraded writes keep D shards.
+	const also = 6
+	c.crash(also)
+	checkBlob(t, cl, g, want)
+	checkBlob(t, cl, g2, want2)
+	c.restart(also)
+	// The first comes back with shards of older generations: reads never
+	// use them, its restart rebuilds them.
+	c.restart(down)
+	checkBlob(t, cl, g, want)
+	c.dir.setState(down, dpb.NodeState_NODE_STATE_ALIVE)
+	c.settle()
+	c.waitFor("the returned member's shards rebuilt", func() bool {
+		rep, err := cl.Verify(ctx, VerifyOptions{})
+		return err == nil && rep.OK()
+	})
+	checkBlob(t, cl, g, want)
+	checkBlob(t, cl, g2, want2)
+	if c.nodes[down].svc.Metrics().TractsRecovered == 0 {
+		t.Fatal("the returned member rebuilt no shard")
+	}
+}
+
+// TestChooseWrite: the stripe's write is the newest of which Data shards
+// are found, whatever the counts of older ones; with none decodable, the
+// one with most shards.
+func TestChooseWrite(t *testing.T) {
+	w := func(gen, id uint64) stripeWrite { return stripeWrite{incarnation: 1, generation: gen, writeID: id} }
+	shards := func(idx ...int) map[int]bool {
+		m := map[int]bool{}
+		for _, i := range idx {
+			m[i] = true
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name   string
+		groups map[stripeWrite]map[int]bool
+		want   stripeWrite
+	}{
+		{"one", map[stripeWrite]map[int]bool{w(1, 9): shards(0, 1, 2, 3, 4, 5, 6)}, w(1, 9)},
+		{"stale shard", map[stripeWrite]map[int]bool{w(3, 1): shards(0, 1, 2, 4, 5, 6), w(2, 7): shards(3)}, w(3, 1)},
+		{"newer decodable wins", map[stripeWrite]map[int]bool{w(3, 1): shards(0, 1, 2, 3, 4), w(2, 7): shards(5, 6)}, w(3, 1)},
+		{"newer undecodable loses", map[stripeWrite]map[int]bool{w(4, 1): shards(0, 1), w(3, 7): shards(2, 3, 4, 5, 6)}, w(3, 7)},
+		{"none decodable: most", map[stripeWrite]map[int]bool{w(4, 1): shards(0, 1, 2), w(3, 7): shards(3, 4, 5, 6)}, w(3, 7)},
+		{"none decodable: tie newest", map[stripeWrite]map[int]bool{w(4, 1): shards(0, 1), w(3, 7): shards(3, 4)}, w(4, 1)},
+	} {
+		if got, _ := chooseWrite(tc.groups, 5); got != tc.want {
+			t.Errorf("%s: chose %+v, want %+v", tc.name, got, tc.want)
+		}
 	}
 }

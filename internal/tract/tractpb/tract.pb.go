@@ -457,8 +457,15 @@ type Shard struct {
 	Ec          *ErasureCode           `protobuf:"bytes,2,opt,name=ec,proto3" json:"ec,omitempty"`
 	TractLength uint32                 `protobuf:"varint,3,opt,name=tract_length,json=tractLength,proto3" json:"tract_length,omitempty"`
 	// CRC-32C of the whole tract's data, as the client wrote it.
-	TractCrc32C   uint32 `protobuf:"varint,4,opt,name=tract_crc32c,json=tractCrc32c,proto3" json:"tract_crc32c,omitempty"`
-	WriteId       uint64 `protobuf:"varint,5,opt,name=write_id,json=writeId,proto3" json:"write_id,omitempty"`
+	TractCrc32C uint32 `protobuf:"varint,4,opt,name=tract_crc32c,json=tractCrc32c,proto3" json:"tract_crc32c,omitempty"`
+	WriteId     uint64 `protobuf:"varint,5,opt,name=write_id,json=writeId,proto3" json:"write_id,omitempty"`
+	// The write's generation: one more than the highest the writer found
+	// among the stripe's shards. Reads and rebuilds use the highest
+	// generation of which Data shards survive, so a shard that missed a
+	// write (its server was down: a degraded write) is never read as the
+	// tract's; a server refuses a client write older than the shard it
+	// holds.
+	Generation    uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -524,6 +531,13 @@ func (x *Shard) GetTractCrc32C() uint32 {
 func (x *Shard) GetWriteId() uint64 {
 	if x != nil {
 		return x.WriteId
+	}
+	return 0
+}
+
+func (x *Shard) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
 	}
 	return 0
 }
@@ -3202,13 +3216,16 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x02ec\x18\b \x01(\v2\x1b.arbor.tract.v1.ErasureCodeR\x02ec\"9\n" +
 	"\vErasureCode\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\rR\x04data\x12\x16\n" +
-	"\x06parity\x18\x02 \x01(\rR\x06parity\"\xab\x01\n" +
+	"\x06parity\x18\x02 \x01(\rR\x06parity\"\xcb\x01\n" +
 	"\x05Shard\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12+\n" +
 	"\x02ec\x18\x02 \x01(\v2\x1b.arbor.tract.v1.ErasureCodeR\x02ec\x12!\n" +
 	"\ftract_length\x18\x03 \x01(\rR\vtractLength\x12!\n" +
 	"\ftract_crc32c\x18\x04 \x01(\rR\vtractCrc32c\x12\x19\n" +
-	"\bwrite_id\x18\x05 \x01(\x04R\awriteId\"D\n" +
+	"\bwrite_id\x18\x05 \x01(\x04R\awriteId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x06 \x01(\x04R\n" +
+	"generation\"D\n" +
 	"\rRecentRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12#\n" +
 	"\rresult_tracts\x18\x02 \x01(\x04R\fresultTracts\"\xdd\x02\n" +
