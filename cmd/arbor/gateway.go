@@ -53,7 +53,7 @@ with --portmap; others are told the port, e.g. with libnfs:
 			defer c.Close()
 			cfg := nfs.Config{Backend: nfs.ClusterBackend{Cluster: c}, Logger: a.logger, Locks: nfs.KVLocks{Open: c.KV}}
 			if drc {
-				cfg.Replies = nfs.KVReplies{Open: c.KV}
+				cfg.Replies = &nfs.KVReplies{Open: c.KV}
 			}
 			srv, err := nfs.Start(cfg, listen, portmap)
 			if err != nil {

@@ -45,7 +45,7 @@ func (m *gatewayModule) Init(_ context.Context, env *Env) error {
 // once started (gate.go): a call must not reach a node still starting.
 func (m *gatewayModule) Start(context.Context) error {
 	env := m.env
-	srv, err := nfs.Start(nfs.Config{Backend: nfs.ClusterBackend{Cluster: m.cluster}, Replies: nfs.KVReplies{Open: m.cluster.KV}, Locks: nfs.KVLocks{Open: m.cluster.KV},
+	srv, err := nfs.Start(nfs.Config{Backend: nfs.ClusterBackend{Cluster: m.cluster}, Replies: &nfs.KVReplies{Open: m.cluster.KV}, Locks: nfs.KVLocks{Open: m.cluster.KV},
 		Logger: env.Logger.With("module", "gateway")}, env.Config.NFSAddr, false)
 	if err != nil {
 		return err

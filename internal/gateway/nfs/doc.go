@@ -76,8 +76,10 @@
 // in the cluster's KV store, which every gateway shares (drc.go): a call
 // retransmitted after a reconnect, or to another gateway after the first
 // died, is answered from its recorded reply, or, if its first run was
-// cut short, run in retry mode. Within one gateway the metadata client
-// also retries with request ids the metadata servers apply once.
+// cut short, run in retry mode. A gateway commits the records of
+// concurrent calls in groups (KVReplies: one transaction for up to 14).
+// Within one gateway the metadata client also retries with request ids
+// the metadata servers apply once.
 //
 // # Locks
 //

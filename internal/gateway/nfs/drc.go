@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/btree"
@@ -184,46 +185,159 @@ func (s *MemReplies) Sweep(_ context.Context, cutoff time.Time) error {
 // every gateway reaches: a call retried at another gateway finds the
 // record the first one wrote. Open opens the tree on first use (the
 // cluster's storage may not be up when a gateway starts).
+//
+// Concurrent Begins and Puts are committed in groups: each waits in a
+// queue, and one transaction takes up to maxReplyBatch of them (every
+// record is a key of its own, so a group touches one value each). With
+// sixteen clients creating at once, one commit a call made the cache
+// cost more than the create itself (BENCHMARKS.md, "NFS gateway"); a
+// group pays one commit for all. A caller whose context ends stops
+// waiting; its record may still be written, which a retransmission reads
+// as a call begun and not finished (retry mode): safe.
 type KVReplies struct {
 	Open func(ctx context.Context) (*btree.Tree, error)
+
+	mu sync.Mutex
+	// begins and puts wait for a group: Begins first, as their calls
+	// wait for them (a Put comes after its call's reply).
+	begins, puts []*replyOp
+	// leaders is how many goroutines commit groups (at most
+	// maxReplyLeaders).
+	leaders int
+	// groups counts the group commits made.
+	groups atomic.Int64
 }
 
-// maxSweepKeys bounds the records one sweep deletes.
-const maxSweepKeys = 4096
+// replyOp is one Begin or Put waiting for its group's commit.
+type replyOp struct {
+	begin      bool
+	key, value []byte
+	// Results, set before done is closed.
+	old   []byte
+	found bool
+	err   error
+	done  chan struct{}
+}
 
-// Begin implements ReplyStore: one transaction reads the key and, if it
-// is missing, writes started.
-func (s KVReplies) Begin(ctx context.Context, key, started []byte) (old []byte, found bool, err error) {
-	t, err := s.Open(ctx)
-	if err != nil {
+const (
+	// maxSweepKeys bounds the records one sweep deletes.
+	maxSweepKeys = 4096
+	// maxReplyBatch bounds the records of one group commit, within a
+	// transaction's MaxTxnValues.
+	maxReplyBatch = btree.MaxTxnValues - 1
+	// maxReplyLeaders bounds the group commits in flight.
+	maxReplyLeaders = 2
+	// replyBatchTimeout bounds one group's commit (its callers have
+	// their own deadlines).
+	replyBatchTimeout = 30 * time.Second
+)
+
+// Begin implements ReplyStore: a transaction reads the key and, if it is
+// missing, writes started.
+func (s *KVReplies) Begin(ctx context.Context, key, started []byte) (old []byte, found bool, err error) {
+	op := &replyOp{begin: true, key: key, value: started, done: make(chan struct{})}
+	if err := s.run(ctx, op); err != nil {
 		return nil, false, err
 	}
-	err = t.Update(ctx, func(tx *btree.Txn) error {
-		v, ok, err := tx.Get(key)
-		if err != nil {
-			return err
-		}
-		if ok {
-			old, found = append([]byte(nil), v...), true
-			return nil
-		}
-		old, found = nil, false
-		return tx.Put(key, started)
-	})
-	return old, found, err
+	return op.old, op.found, nil
 }
 
 // Put implements ReplyStore.
-func (s KVReplies) Put(ctx context.Context, key, value []byte) error {
+func (s *KVReplies) Put(ctx context.Context, key, value []byte) error {
+	return s.run(ctx, &replyOp{key: key, value: value, done: make(chan struct{})})
+}
+
+// run queues op for a group commit and waits for it.
+func (s *KVReplies) run(ctx context.Context, op *replyOp) error {
+	s.mu.Lock()
+	if op.begin {
+		s.begins = append(s.begins, op)
+	} else {
+		s.puts = append(s.puts, op)
+	}
+	if s.leaders < maxReplyLeaders {
+		s.leaders++
+		go s.lead(context.WithoutCancel(ctx))
+	}
+	s.mu.Unlock()
+	select {
+	case <-op.done:
+		return op.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// lead commits the queued operations in groups until none wait.
+func (s *KVReplies) lead(ctx context.Context) {
+	for {
+		s.mu.Lock()
+		if len(s.begins)+len(s.puts) == 0 {
+			s.leaders--
+			s.mu.Unlock()
+			return
+		}
+		n := min(len(s.begins), maxReplyBatch)
+		batch := append([]*replyOp(nil), s.begins[:n]...)
+		s.begins = s.begins[n:]
+		m := min(len(s.puts), maxReplyBatch-n)
+		batch = append(batch, s.puts[:m]...)
+		s.puts = s.puts[m:]
+		s.mu.Unlock()
+		cctx, cancel := context.WithTimeout(ctx, replyBatchTimeout)
+		s.groups.Add(1)
+		err := s.commit(cctx, batch)
+		if err != nil && len(batch) > 1 {
+			// One operation may have failed the group (its key, a
+			// transaction bound): each goes alone.
+			for _, op := range batch {
+				op.err = s.commit(cctx, []*replyOp{op})
+			}
+		} else {
+			for _, op := range batch {
+				op.err = err
+			}
+		}
+		cancel()
+		for _, op := range batch {
+			close(op.done)
+		}
+	}
+}
+
+// commit runs ops in one transaction.
+func (s *KVReplies) commit(ctx context.Context, ops []*replyOp) error {
 	t, err := s.Open(ctx)
 	if err != nil {
 		return err
 	}
-	return t.Put(ctx, key, value)
+	return t.Update(ctx, func(tx *btree.Txn) error {
+		for _, op := range ops {
+			if !op.begin {
+				if err := tx.Put(op.key, op.value); err != nil {
+					return err
+				}
+				continue
+			}
+			v, ok, err := tx.Get(op.key)
+			if err != nil {
+				return err
+			}
+			if ok {
+				op.old, op.found = append([]byte(nil), v...), true
+				continue
+			}
+			op.old, op.found = nil, false
+			if err := tx.Put(op.key, op.value); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Sweep implements ReplyStore.
-func (s KVReplies) Sweep(ctx context.Context, cutoff time.Time) error {
+func (s *KVReplies) Sweep(ctx context.Context, cutoff time.Time) error {
 	t, err := s.Open(ctx)
 	if err != nil {
 		return err

@@ -3,10 +3,15 @@ package nfs
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/gateway/sunrpc"
 	"github.com/arbor-storage/arbor/internal/gateway/xdr"
 )
@@ -158,5 +163,99 @@ func TestNeedsRecord(t *testing.T) {
 		if got := needsRecord(&sunrpc.Call{Proc: tc.proc, Args: tc.args}); got != tc.want {
 			t.Errorf("proc %d args %x: needsRecord %v, want %v", tc.proc, tc.args, got, tc.want)
 		}
+	}
+}
+
+// memTree is a B-tree on an in-memory page store, as the cluster's KV
+// store is one on the extent store.
+func memTree(t *testing.T) *btree.Tree {
+	t.Helper()
+	ctx := context.Background()
+	const ext = 1000
+	st := btree.NewMemStore(1)
+	if err := st.AddExtent(ext, btree.Geometry{PageBytes: 8 << 10, PagesPerBlock: 32, Blocks: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	root, err := btree.Create(ctx, st, ext, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := btree.Open(ctx, btree.Config{Store: st, Root: root, Extents: []uint64{ext}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+// TestKVRepliesGroups runs many concurrent Begins and Puts through
+// KVReplies, which commits them in groups: each Begin of a new key finds
+// nothing and writes its started record, exactly one of two racing
+// Begins of one key finds the other's, a Put replaces a record, and a
+// caller whose context ends gets its error without failing the others.
+func TestKVRepliesGroups(t *testing.T) {
+	tr := memTree(t)
+	// The tree opens only once every Begin waits, so the groups are
+	// full whatever the machine's speed.
+	release := make(chan struct{})
+	s := &KVReplies{Open: func(context.Context) (*btree.Tree, error) { <-release; return tr, nil }}
+	ctx := context.Background()
+	const keys = 64
+	key := func(i int) []byte { return []byte(fmt.Sprintf("%skey-%03d", ReplyKeyPrefix, i)) }
+	var found atomic.Int64
+	var wg sync.WaitGroup
+	for i := range keys {
+		for range 2 { // two racing Begins of each key
+			wg.Go(func() {
+				_, ok, err := s.Begin(ctx, key(i), encodeRecord(replyStarted, time.Now(), nil))
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					found.Add(1)
+				}
+			})
+		}
+	}
+	for {
+		s.mu.Lock()
+		queued := len(s.begins)
+		s.mu.Unlock()
+		if queued >= 2*keys-maxReplyLeaders*maxReplyBatch {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if found.Load() != keys {
+		t.Fatalf("%d of %d second Begins found the first's record", found.Load(), keys)
+	}
+	if g := s.groups.Load(); g > 2*keys/maxReplyBatch+maxReplyLeaders+1 {
+		t.Fatalf("%d Begins took %d commits: they were not grouped", 2*keys, g)
+	} else {
+		t.Logf("%d Begins in %d commits", 2*keys, g)
+	}
+	for i := range keys {
+		wg.Go(func() {
+			if err := s.Put(ctx, key(i), encodeRecord(replyDone, time.Now(), []byte{byte(i)})); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range keys {
+		v, ok, err := s.Begin(ctx, key(i), nil)
+		if err != nil || !ok {
+			t.Fatalf("key %d after its Put: found %v, %v", i, ok, err)
+		}
+		if st, _, reply, err := decodeRecord(v); err != nil || st != replyDone || len(reply) != 1 || reply[0] != byte(i) {
+			t.Fatalf("key %d: state %d reply %x (%v)", i, st, reply, err)
+		}
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := s.Begin(done, key(keys), encodeRecord(replyStarted, time.Now(), nil)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a Begin with its context done: %v", err)
 	}
 }
