@@ -73,6 +73,12 @@
 // the next attempt reads them. A transaction that used a cached leaf always
 // commits, even if it wrote nothing, and read-only transactions never use
 // the leaf cache. Written leaves go into it at the slots the store reports.
+// Splits use it too (FSS §5's structural changes): the full leaf, its
+// parent, the block header and a free page's marker come from it when
+// cached, as the split's MPSC writes each at the cached slot, and the
+// pages a split wrote go into it, so the transaction that needed the
+// split does not read its new leaf back. A split that fails reads every
+// page afresh on its next attempt.
 //
 // # Transactions
 //

@@ -12,6 +12,12 @@ import "sync"
 // here: a transaction that used a cached leaf always commits, even with
 // nothing to write (Txn.commit).
 //
+// Structural changes (splits, merges) keep the other pages they write here
+// too: inner pages, block headers, free-page markers (ownedPage). They use
+// a cached page only where their commit writes or checks it at the cached
+// slot, so a stale copy fails the commit instead of landing; a failed
+// structural commit forgets every page it named.
+//
 // It holds at most maxBytes of encoded pages; past that it forgets entries
 // in an arbitrary order (a forgotten leaf costs one read).
 type leafCache struct {
@@ -45,13 +51,13 @@ func (c *leafCache) get(ref PageRef) (*page, uint64, bool) {
 	return e.p, e.slot, ok
 }
 
-// put records leaf p at ref as of slot (replacing what was there). A zero
+// put records page p at ref as of slot (replacing what was there). A zero
 // slot means the slot is unknown: the entry is dropped instead.
 func (c *leafCache) put(ref PageRef, p *page, slot uint64) {
 	if c == nil {
 		return
 	}
-	if slot == 0 || p == nil || p.kind != kindLeaf {
+	if slot == 0 || p == nil {
 		c.drop(ref)
 		return
 	}

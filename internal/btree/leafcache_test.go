@@ -195,3 +195,69 @@ func TestLeafCacheStaleFullLeaf(t *testing.T) {
 	}
 	mustCheck(t, b)
 }
+
+// TestLeafCacheSplitsReadLess: a client with a leaf cache splits leaves
+// from the pages it cached (the leaf, its parent, the block header) and
+// keeps the halves a split wrote, so the writes that caused the splits
+// read far fewer pages than without the cache; the tree stays valid and
+// holds every key.
+func TestLeafCacheSplitsReadLess(t *testing.T) {
+	ctx := context.Background()
+	const n = 600
+	run := func(leafCache int64) Metrics {
+		env := newTestEnv(t, 14, testGeometry)
+		tr := env.open(t, func(c *Config) { c.LeafCacheBytes = leafCache; c.RebalanceQueue = -1 })
+		for i := range n {
+			if err := tr.Put(ctx, key(i), bytes.Repeat([]byte("v"), 40)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustCheck(t, tr)
+		for _, i := range []int{0, n / 2, n - 1} {
+			if _, ok, err := tr.Get(ctx, key(i)); err != nil || !ok {
+				t.Fatalf("key %d: found %v, %v", i, ok, err)
+			}
+		}
+		return tr.Metrics()
+	}
+	with, without := run(1<<20), run(0)
+	if with.Splits < 20 || without.Splits < 20 {
+		t.Fatalf("too few splits to compare: %d with the cache, %d without", with.Splits, without.Splits)
+	}
+	if with.PageReads*2 > without.PageReads {
+		t.Errorf("%d page reads with the leaf cache (%d splits), %d without (%d splits): want under half", with.PageReads, with.Splits, without.PageReads, without.Splits)
+	}
+	t.Logf("page reads: %d with the leaf cache, %d without; splits %d, %d", with.PageReads, without.PageReads, with.Splits, without.Splits)
+}
+
+// TestLeafCacheSplitsWithAnotherWriter: two clients, one with a leaf
+// cache, split the same leaves, parents and blocks in turn, so the cached
+// client's inner pages and block headers go stale behind its back; its
+// splits must fail and read again, never give up or damage the tree.
+func TestLeafCacheSplitsWithAnotherWriter(t *testing.T) {
+	ctx := context.Background()
+	env := newTestEnv(t, 15, testGeometry)
+	a := env.open(t, func(c *Config) { c.LeafCacheBytes = 1 << 20; c.RebalanceQueue = -1 })
+	b := env.open(t, func(c *Config) { c.RebalanceQueue = -1 })
+	const n = 400
+	v := bytes.Repeat([]byte("v"), 40)
+	for i := range n {
+		tr, k := a, key(2*i)
+		if i%3 == 2 {
+			tr, k = b, key(2*i+1)
+		}
+		if err := tr.Put(ctx, k, v); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	mustCheck(t, b)
+	for i := range n {
+		k := key(2 * i)
+		if i%3 == 2 {
+			k = key(2*i + 1)
+		}
+		if _, ok, err := b.Get(ctx, k); err != nil || !ok {
+			t.Fatalf("key %q: found %v, %v", k, ok, err)
+		}
+	}
+}

@@ -141,7 +141,14 @@ func (t *Tree) placeInBlock(ctx context.Context, near PageRef, n int, writer uin
 	}
 	hdrRef := near
 	hdrRef.Page = g.BlockOf(near.Page)
-	hdr, hslot, err := t.readPage(ctx, hdrRef)
+	// The header is written at its slot when the block has room; a cached
+	// one that says it has none is read again, as the block split that
+	// follows decides from it.
+	hdr, hslot, cached, err := t.ownedPage(ctx, hdrRef)
+	if err == nil && cached && (hdr.kind != kindBlockHeader || len(hdr.used) != g.PagesPerBlock || freePages(hdr, n) < n) {
+		t.leaves.drop(hdrRef)
+		hdr, hslot, _, err = t.ownedPage(ctx, hdrRef)
+	}
 	if err != nil {
 		return nil, nil, located{}, err
 	}
@@ -163,7 +170,9 @@ func (t *Tree) placeInBlock(ctx context.Context, near PageRef, n int, writer uin
 	for _, i := range free {
 		ref := hdrRef
 		ref.Page += uint64(i)
-		_, slot, err := t.readRaw(ctx, ref)
+		// The new page is written at its slot: a free-page marker this
+		// client wrote (cached) stands in for reading it.
+		slot, err := t.freePageSlot(ctx, ref)
 		if err != nil {
 			return nil, nil, located{}, err
 		}
@@ -171,6 +180,28 @@ func (t *Tree) placeInBlock(ctx context.Context, near PageRef, n int, writer uin
 		out = append(out, newPage{ref: ref, slot: slot})
 	}
 	return out, []Op{{Kind: OpWrite, Ref: hdrRef, Slot: hslot, Data: h.encode()}}, located{}, nil
+}
+
+// freePages counts the free pages of block header hdr, up to n.
+func freePages(hdr *page, n int) int {
+	free := 0
+	for _, u := range hdr.used {
+		if !u && free < n {
+			free++
+		}
+	}
+	return free
+}
+
+// freePageSlot returns the slot of the free page at ref, which a new page
+// is about to be written at: a cached free-page marker's, else read.
+func (t *Tree) freePageSlot(ctx context.Context, ref PageRef) (uint64, error) {
+	if p, slot, ok := t.leaves.get(ref); ok && p.kind == kindFree && !freshReads(ctx) {
+		t.metrics.leafCacheHits.Add(1)
+		return slot, nil
+	}
+	_, slot, err := t.readRaw(ctx, ref)
+	return slot, err
 }
 
 func (t *Tree) placeInNewBlock(ctx context.Context, near PageRef, n int, writer uint64) ([]newPage, []Op, error) {
@@ -303,20 +334,25 @@ func (t *Tree) structCommit(ctx context.Context, ops []Op, probe PageRef, writer
 	for _, op := range ops {
 		k := opKey{op.Ref.Extent, op.Ref.Page, op.Kind == OpAllocBlock || op.Kind == OpFreeBlock}
 		if seen[k] {
+			for _, op := range ops {
+				t.leaves.drop(op.Ref) // a cached page may be why
+			}
 			return retry(fmt.Sprintf("page %v twice in a structural change: reads disagree", op.Ref), nil)
 		}
 		seen[k] = true
 	}
 	t.metrics.commits.Add(1)
-	_, err := t.store.Commit(ctx, ops)
-	// Structural changes read their pages afresh; the leaf cache forgets
-	// every page they touched, whatever the outcome.
+	slots, err := t.store.Commit(ctx, ops)
+	// The leaf cache forgets every page a structural change named, whatever
+	// the outcome, and then learns the pages a successful one wrote at the
+	// slots the store reported (leafcache.go).
 	for _, op := range ops {
 		t.leaves.drop(op.Ref)
 	}
 	var pe *PreparedError
 	switch {
 	case err == nil:
+		t.rememberStructural(ops, slots)
 		return nil
 	case errors.As(err, &pe):
 		if rerr := t.resolve(ctx, pe.Txn); rerr != nil {
@@ -341,11 +377,30 @@ func (t *Tree) structCommit(ctx context.Context, ops []Op, probe PageRef, writer
 	return err
 }
 
+// rememberStructural puts the pages a successful structural commit wrote
+// into the leaf cache at their new slots, so the transaction that needed
+// the change, and the next change nearby, need not read them again.
+func (t *Tree) rememberStructural(ops []Op, slots []uint64) {
+	if t.leaves == nil {
+		return
+	}
+	for i, op := range ops {
+		if (op.Kind != OpWrite && op.Kind != OpWriteFresh) || i >= len(slots) || slots[i] == 0 {
+			continue
+		}
+		p, err := decodePage(op.Data)
+		if err != nil {
+			continue
+		}
+		t.leaves.put(op.Ref, p, slots[i])
+	}
+}
+
 // findParent returns the parent of the page x at ref and x's index in it,
 // validated: the parent is one level up, owns x's low fence, and its entry
 // there points at ref with the same fences as x.
 func (t *Tree) findParent(ctx context.Context, x *page, ref PageRef) (located, int, error) {
-	par, err := t.locate(ctx, x.lo, x.height+1)
+	par, err := t.locateOwned(ctx, x.lo, x.height+1)
 	if err != nil {
 		return located{}, 0, err
 	}
@@ -353,6 +408,7 @@ func (t *Tree) findParent(ctx context.Context, x *page, ref PageRef) (located, i
 	hi, hiInf := par.p.childHi(i)
 	if !bytes.Equal(par.p.keys[i], x.lo) || par.p.kids[i] != ref || hiInf != x.hiInf || !bytes.Equal(hi, x.hi) {
 		t.cache.drop(par.p.height, par.ref, x.lo)
+		t.leaves.drop(par.ref)
 		return located{}, 0, retry(fmt.Sprintf("parent %v does not point at %v", par.ref, ref), nil)
 	}
 	return par, i, nil
@@ -364,7 +420,12 @@ func (t *Tree) split(ctx context.Context, req *errNeedSplit) error {
 	var err error
 	for attempt := 0; attempt < maxStructuralRetries; attempt++ {
 		var parentFull *errNeedSplit
-		parentFull, err = t.splitOnce(ctx, req)
+		actx := ctx
+		if attempt > 0 {
+			// A cached page may be what failed the last attempt.
+			actx = withFreshReads(ctx)
+		}
+		parentFull, err = t.splitOnce(actx, req)
 		if err == nil && parentFull == nil {
 			return nil
 		}
@@ -387,12 +448,20 @@ func (t *Tree) split(ctx context.Context, req *errNeedSplit) error {
 // splitOnce makes one attempt; it returns a request to split the parent
 // when the parent has no room for another entry.
 func (t *Tree) splitOnce(ctx context.Context, req *errNeedSplit) (*errNeedSplit, error) {
-	x, xslot, err := t.readPage(ctx, req.ref)
+	x, xslot, cached, err := t.ownedPage(ctx, req.ref)
 	if err != nil {
 		return nil, err
 	}
+	done := func() (*errNeedSplit, error) {
+		// Nothing to split here: a cached copy may be why, so the caller
+		// looks again at the page as stored.
+		if cached {
+			t.leaves.drop(req.ref)
+		}
+		return nil, nil
+	}
 	if !x.isTree() || x.height != req.height || !x.owns(req.key) {
-		return nil, nil // someone else changed it; the caller looks again
+		return done() // someone else changed it; the caller looks again
 	}
 	i, sep, ok := splitPoint(x, req.key)
 	if req.sep != nil && x.kind == kindLeaf && bytes.Compare(req.sep, x.lo) > 0 && (x.hiInf || bytes.Compare(req.sep, x.hi) < 0) {
@@ -410,7 +479,7 @@ func (t *Tree) splitOnce(ctx context.Context, req *errNeedSplit) (*errNeedSplit,
 		}
 	}
 	if !ok {
-		return nil, nil
+		return done()
 	}
 	writer := rand.Uint64() | 1
 	if req.ref == t.root {

@@ -346,6 +346,61 @@ func (t *Tree) readPage(ctx context.Context, ref PageRef) (*page, uint64, error)
 	return p, slot, nil
 }
 
+// ownedPage returns the tree page at ref for a structural change: from the
+// leaf cache when the tree keeps one (its client is the main writer of its
+// pages), else read (and then cached). The caller must write or check the
+// page at the returned slot in its commit (leafcache.go); cached says the
+// copy came from the cache unread.
+func (t *Tree) ownedPage(ctx context.Context, ref PageRef) (p *page, slot uint64, cached bool, err error) {
+	if freshReads(ctx) {
+		p, slot, err = t.readPage(ctx, ref)
+		if err == nil {
+			t.leaves.put(ref, p, slot)
+		}
+		return p, slot, false, err
+	}
+	if p, slot, ok := t.leaves.get(ref); ok {
+		t.metrics.leafCacheHits.Add(1)
+		return p, slot, true, nil
+	}
+	p, slot, err = t.readPage(ctx, ref)
+	if err == nil {
+		t.leaves.put(ref, p, slot)
+	}
+	return p, slot, false, err
+}
+
+// locateOwned is locate for a structural change: a page the key-to-page
+// cache names is taken from the leaf cache when it is there and still
+// owns k at height (the change's commit checks its slot).
+func (t *Tree) locateOwned(ctx context.Context, k []byte, height int) (located, error) {
+	if ref, ok := t.cache.lookup(height, k); ok && !freshReads(ctx) {
+		if p, slot, ok := t.leaves.get(ref); ok && p.isTree() && p.height == height && p.owns(k) {
+			t.metrics.leafCacheHits.Add(1)
+			return located{ref, p, slot}, nil
+		}
+	}
+	loc, err := t.locate(ctx, k, height)
+	if err == nil {
+		t.leaves.put(loc.ref, loc.p, loc.slot)
+	}
+	return loc, err
+}
+
+type freshReadsKey struct{}
+
+// withFreshReads marks ctx for a structural change that reads every page
+// from the store (ownedPage, locateOwned): its last attempt failed, maybe
+// because of a cached page.
+func withFreshReads(ctx context.Context) context.Context {
+	return context.WithValue(ctx, freshReadsKey{}, true)
+}
+
+func freshReads(ctx context.Context) bool {
+	v, _ := ctx.Value(freshReadsKey{}).(bool)
+	return v
+}
+
 // readRaw reads a page, resolving prepared transactions in its way.
 func (t *Tree) readRaw(ctx context.Context, ref PageRef) ([]byte, uint64, error) {
 	t.metrics.reads.Add(1)

@@ -158,7 +158,7 @@ func (tx *Txn) findLeaf(k []byte) (located, bool, error) {
 	leaves := tx.t.leaves
 	if leaves != nil && !tx.readOnly {
 		if ref, ok := tx.t.cache.lookup(0, k); ok {
-			if p, slot, ok := leaves.get(ref); ok && p.owns(k) {
+			if p, slot, ok := leaves.get(ref); ok && p.kind == kindLeaf && p.height == 0 && p.owns(k) {
 				tx.t.metrics.leafCacheHits.Add(1)
 				return located{ref, p, slot}, true, nil
 			}
@@ -806,8 +806,8 @@ func (t *Tree) runMode(ctx context.Context, readOnly, perPage bool, fn func(*Txn
 		case errors.As(err, &ns):
 			structural++
 			// The full page may be a cached copy someone else has split
-			// already: the next attempt reads it again.
-			t.leaves.drop(ns.ref)
+			// already: the split writes it at the cached slot, so that
+			// fails as a conflict and the split reads it again.
 			if serr := t.split(ctx, ns); serr != nil && !transient(serr) {
 				return serr
 			} else if serr != nil || structural > maxStructuralRetries {
