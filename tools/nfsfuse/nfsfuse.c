@@ -154,10 +154,10 @@ struct wait {
 	u_int name_max;
 };
 
-/* wait_on runs context r's event loop until w is done. */
-static int wait_on(struct rpc_context *r, struct wait *w)
+/* service_until runs context r's event loop until *done is set. */
+static int service_until(struct rpc_context *r, const int *done)
 {
-	while (!w->done) {
+	while (!*done) {
 		struct pollfd pfd = {.fd = rpc_get_fd(r), .events = rpc_which_events(r)};
 		if (poll(&pfd, 1, 100) < 0 && errno != EINTR)
 			return -errno;
@@ -166,6 +166,15 @@ static int wait_on(struct rpc_context *r, struct wait *w)
 			return -EIO;
 		}
 	}
+	return 0;
+}
+
+/* wait_on waits for the NFS call w on context r. */
+static int wait_on(struct rpc_context *r, struct wait *w)
+{
+	int err = service_until(r, &w->done);
+	if (err)
+		return err;
 	if (w->status != RPC_STATUS_SUCCESS)
 		return -EIO;
 	if (w->nfsstat != NFS3_OK)
@@ -600,15 +609,9 @@ static void nlm_test_cb(struct rpc_context *r, int status, void *data, void *pri
 
 static int nlm_wait(struct nlm_wait *w)
 {
-	while (!w->done) {
-		struct pollfd pfd = {.fd = rpc_get_fd(nlm), .events = rpc_which_events(nlm)};
-		if (poll(&pfd, 1, 100) < 0 && errno != EINTR)
-			return -errno;
-		if (rpc_service(nlm, pfd.revents) < 0) {
-			fprintf(stderr, "nfsfuse: nlm: %s\n", rpc_get_error(nlm));
-			return -EIO;
-		}
-	}
+	int err = service_until(nlm, &w->done);
+	if (err)
+		return err;
 	return w->status == RPC_STATUS_SUCCESS ? 0 : -EIO;
 }
 
