@@ -90,5 +90,18 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 }
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...))
-	panic(fmt.Sprintf(format, args...))
+	panic(&StoreFatalError{Msg: fmt.Sprintf(format, args...)})
 }
+
+// StoreFatalError is the value the node's store panics with when pebble
+// gives up on it (its logger's Fatalf: a failed commit, a full disk, a
+// corrupt file): the database cannot be used any more, and the node must
+// stop (fail-stop) rather than serve on. It is a type of its own so that
+// whoever recovers a panic (the node's gRPC handlers) tells it from a bug
+// with errors.As, not by the message's text.
+type StoreFatalError struct {
+	// Msg is pebble's message.
+	Msg string
+}
+
+func (e *StoreFatalError) Error() string { return "store failed: " + e.Msg }

@@ -27,6 +27,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/faults"
 	"github.com/arbor-storage/arbor/internal/faults/faultspb"
+	"github.com/arbor-storage/arbor/internal/raftengine"
 )
 
 // testNodeConfig is a storage-only node on free 127.0.0.1 ports; its
@@ -499,12 +500,39 @@ type panicService struct {
 }
 
 func (s panicService) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
-	panic(s.msg.Load().(string))
+	panic(s.msg.Load().(panicValue).v)
 }
 
-// TestStoreFatalCrashesTheNode: a handler's ordinary panic is answered
-// Internal and the node serves on; a panic of the store (pebble's fatal
-// error, as a full disk gives) crashes the process instead of leaving the
+// panicValue boxes what panicService panics with (an atomic.Value holds
+// one concrete type).
+type panicValue struct{ v any }
+
+// TestStoreFatalIsTyped: only the store's own panic value, possibly
+// wrapped, is a store failure; a panic whose text merely looks like
+// pebble's, or any other value, is a bug answered Internal.
+func TestStoreFatalIsTyped(t *testing.T) {
+	sf := &raftengine.StoreFatalError{Msg: "pebble: fatal commit error: write db/000004.log: no space left on device"}
+	for _, tc := range []struct {
+		r    any
+		want bool
+	}{
+		{sf, true},
+		{fmt.Errorf("commit: %w", sf), true},
+		{"pebble: fatal commit error: write db/000004.log: no space left on device", false},
+		{errors.New("pebble: fatal commit error"), false},
+		{42, false},
+		{nil, false},
+	} {
+		if got := storeFatal(tc.r); got != tc.want {
+			t.Errorf("storeFatal(%#v) = %v, want %v", tc.r, got, tc.want)
+		}
+	}
+}
+
+// TestStoreFatalCrashesTheNode: a handler's ordinary panic (even one whose
+// text looks like pebble's) is answered Internal and the node serves on; a
+// panic of the store (raftengine.StoreFatalError, pebble's fatal error, as
+// a full disk gives) crashes the process instead of leaving the
 // node serving on a store it can no longer write (the nemesis's disk-full
 // fault left such a node registered but unable to serve for minutes). The
 // node runs in a child test process, which must die.
@@ -528,7 +556,7 @@ func TestStoreFatalCrashesTheNode(t *testing.T) {
 // runPanickyNode is the child of TestStoreFatalCrashesTheNode.
 func runPanickyNode(t *testing.T) {
 	var msg atomic.Value
-	msg.Store("boom")
+	msg.Store(panicValue{"pebble: a bug's message that only looks like the store's"})
 	mod := ModuleFuncs{ModuleName: "panicky", InitFunc: func(_ context.Context, env *Env) error {
 		testpb.RegisterTestServiceServer(env.GRPC, panicService{msg: &msg})
 		return nil
@@ -541,7 +569,7 @@ func runPanickyNode(t *testing.T) {
 		t.Fatalf("call that panics: %v, want Internal", err)
 	}
 	fmt.Println("ordinary panic answered; the node serves on")
-	msg.Store("pebble: fatal commit error: write db/000004.log: no space left on device")
+	msg.Store(panicValue{&raftengine.StoreFatalError{Msg: "pebble: fatal commit error: write db/000004.log: no space left on device"}})
 	_, _ = testpb.NewTestServiceClient(cc).EmptyCall(ctx, &testpb.Empty{})
 	time.Sleep(5 * time.Second)
 	fmt.Println("CHILD SURVIVED")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
@@ -113,19 +112,15 @@ func recovered(logger *slog.Logger, fatal func(error), method string, r any) err
 }
 
 // storeFatal reports whether a panic is the node's store giving up: pebble
-// reports a fatal error through its logger's Fatalf, which panics with the
-// message (internal/raftengine store.go); its messages start "pebble:".
+// reports a fatal error through its logger's Fatalf, which panics with a
+// *raftengine.StoreFatalError (internal/raftengine store.go).
 func storeFatal(r any) bool {
-	var msg string
-	switch v := r.(type) {
-	case string:
-		msg = v
-	case error:
-		msg = v.Error()
-	default:
+	err, ok := r.(error)
+	if !ok {
 		return false
 	}
-	return strings.HasPrefix(msg, "pebble:")
+	var sf *raftengine.StoreFatalError
+	return errors.As(err, &sf)
 }
 
 // serverOptions are the gRPC server options of a node: interceptors in the
