@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -80,11 +81,12 @@ func containsServer(list []ServerID, s ServerID) bool {
 	return false
 }
 
-// listShards lists the shards member holds in row r.
-func (d *disk) listShards(ctx context.Context, member ServerID, r uint32) ([]*tpb.TractEntry, error) {
+// listShards lists the shards member holds in row r, and member's state
+// in the row.
+func (d *disk) listShards(ctx context.Context, member ServerID, r uint32) ([]*tpb.TractEntry, *tpb.RowStatus, error) {
 	c, err := d.svc.peer(ctx, member)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	req := &tpb.ListRowRequest{Disk: member.Disk, Row: r, Shards: true}
 	var out []*tpb.TractEntry
@@ -93,11 +95,11 @@ func (d *disk) listShards(ctx context.Context, member ServerID, r uint32) ([]*tp
 		resp, err := c.ListRow(lctx, req)
 		cancel()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, resp.Entries...)
 		if !resp.More || len(resp.Entries) == 0 {
-			return out, nil
+			return out, resp.Row, nil
 		}
 		last := resp.Entries[len(resp.Entries)-1]
 		req.AfterGuid, req.AfterTract = last.Guid, last.Tract
@@ -109,39 +111,60 @@ func (d *disk) listShards(ctx context.Context, member ServerID, r uint32) ([]*tp
 // It fails if a stripe has fewer than Data shards of one write among the
 // reachable members (it is retried); the row is not in sync until it
 // succeeds.
+//
+// Most rows hold no erasure-coded tract, and a catch-up must not wait on
+// every member to learn that (a member that does not answer costs an RPC
+// timeout). A server that is not the row's primary therefore asks the
+// primary first, and the other members only if the primary or this server
+// holds a shard of the row, or the primary is not in sync: every
+// acknowledged stripe has a shard on each of its D+P slots, so a row where
+// both hold none has no stripe to rebuild.
 func (d *disk) rebuildShards(ctx context.Context, r uint32, row Row, slot int) (uint64, uint64, error) {
 	holders := map[tractKey][]shardHolder{}
-	members := rowMembers(row, d.id)
+	own := 0
+	for _, k := range d.store.RowTracts(r) {
+		if m, ok := d.store.Get(k); ok && m.Shard != nil {
+			holders[k] = append(holders[k], shardHolder{server: d.id, meta: m})
+			own++
+		}
+	}
 	var mu sync.Mutex
-	var wg sync.WaitGroup
 	unreachable := 0
+	add := func(m ServerID, entries []*tpb.TractEntry, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			unreachable++
+			d.log.Debug("list shards of a row member", "row", r, "member", m, "err", err)
+			return
+		}
+		for _, e := range entries {
+			k, err := checkTract(e.Guid, e.Tract, false)
+			if err != nil || e.Meta.GetShard() == nil {
+				continue
+			}
+			holders[k] = append(holders[k], shardHolder{server: m, meta: e.Meta})
+		}
+	}
+	members := rowMembers(row, d.id)
+	if primary := row.Slots[0]; primary != d.id {
+		entries, st, err := d.listShards(ctx, primary, r)
+		add(primary, entries, err)
+		if err == nil && len(entries) == 0 && own == 0 && st.GetInSync() && st.GetVersion() == row.Version {
+			return 0, 0, nil
+		}
+		members = slices.DeleteFunc(members, func(m ServerID) bool { return m == primary })
+	}
+	var wg sync.WaitGroup
 	for _, m := range members {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			entries, err := d.listShards(ctx, m, r)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				unreachable++
-				d.log.Debug("list shards of a row member", "row", r, "member", m, "err", err)
-				return
-			}
-			for _, e := range entries {
-				k, err := checkTract(e.Guid, e.Tract, false)
-				if err != nil || e.Meta.GetShard() == nil {
-					continue
-				}
-				holders[k] = append(holders[k], shardHolder{server: m, meta: e.Meta})
-			}
+			entries, _, err := d.listShards(ctx, m, r)
+			add(m, entries, err)
 		}()
 	}
 	wg.Wait()
-	for _, k := range d.store.RowTracts(r) {
-		if m, ok := d.store.Get(k); ok && m.Shard != nil {
-			holders[k] = append(holders[k], shardHolder{server: d.id, meta: m})
-		}
-	}
 	keys := make([]tractKey, 0, len(holders))
 	for k := range holders {
 		keys = append(keys, k)

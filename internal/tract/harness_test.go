@@ -183,6 +183,8 @@ type testCluster struct {
 	// refuse, if set, is asked before every RPC a node serves: a non-nil
 	// error fails the call unrun (an injected fault).
 	refuse atomic.Pointer[func(node uint64, method string) error]
+	// watch, if set, sees every request a node serves.
+	watch atomic.Pointer[func(node uint64, method string, req any)]
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -279,6 +281,9 @@ func (c *testCluster) startNode(n *testNode) {
 	}
 	n.svc = svc
 	refuse := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if f := c.watch.Load(); f != nil {
+			(*f)(n.id, info.FullMethod, req)
+		}
 		if f := c.refuse.Load(); f != nil {
 			if err := (*f)(n.id, info.FullMethod); err != nil {
 				return nil, err
