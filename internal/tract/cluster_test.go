@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -793,5 +794,71 @@ func TestClusterGrowth(t *testing.T) {
 	st, err := h.dir.ListNodes(context.Background(), &dpb.ListNodesRequest{})
 	if err != nil || len(st.Nodes) != 6 {
 		t.Fatalf("nodes: %v, %v", st, err)
+	}
+}
+
+// TestClusterOrphanTractsCollected: a node holding replicas of a blob is
+// stopped, declared dead and replaced; the blob is deleted while it is
+// away; when the node returns, the replicas it still holds of the deleted
+// blob are collected (issue 13 item 3: orphan tracts), and verify passes.
+func TestClusterOrphanTractsCollected(t *testing.T) {
+	h := startCluster(t, 5)
+	keep, keepPath := h.putGet(8 << 20)
+	gone, _ := h.putGet(24 << 20)
+	const victim = 4
+	nodeDir := filepath.Join(h.c.Dir(), strconv.Itoa(victim))
+	files := func() int {
+		n := 0
+		_ = filepath.WalkDir(nodeDir, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasPrefix(d.Name(), gone+".") {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	held := files()
+	if held == 0 {
+		t.Fatalf("node %d holds no tract of blob %s: nothing to orphan", victim, gone)
+	}
+	ctx := context.Background()
+	tab, err := h.client.RefreshTLT(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.StopNode(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the TLT repair", 90*time.Second, func() bool {
+		now, err := h.client.RefreshTLT(ctx)
+		if err != nil || now.Version == tab.Version {
+			return false
+		}
+		for _, r := range now.Rows {
+			if r.Has(tract.ServerID{Node: victim}) {
+				return false
+			}
+		}
+		return true
+	})
+	h.arbor(false, "blob", "rm", gone)
+	if n := files(); n != held {
+		t.Fatalf("node %d's files changed while it was stopped: %d, was %d", victim, n, held)
+	}
+	if err := h.c.StartNode(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node %d returned holding %d tracts of the deleted blob %s", victim, held, gone)
+	h.waitForWith("the orphan tracts to be collected", 3*time.Minute, func() bool {
+		// The scrubber runs on its own too; a pass is asked for so that
+		// the test need not wait for its interval.
+		_, _ = h.client.ScrubNode(ctx, victim, false)
+		return files() == 0
+	}, func() string { return fmt.Sprintf("(%d files left on node %d)", files(), victim) })
+	h.waitInSync(5 * time.Minute)
+	h.arbor(false, "blob", "verify", "--progress=never")
+	h.checkBlob(keep, keepPath)
+	if out := h.arbor(true, "blob", "stat", gone); !strings.Contains(out, "does not exist") {
+		t.Fatalf("stat of the deleted blob: %s", out)
 	}
 }
