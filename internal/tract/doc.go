@@ -208,9 +208,11 @@
 // writes may hold shards of two writes; reads pick the newest with D
 // shards or more, and if neither has D, that tract is lost: reads fail
 // (never return wrong data), verify reports it, and a rebuild skips it
-// rather than hold back its row's catch-up. A catch-up lists the shards of
-// every member of the row, so a member that does not answer (a partition)
-// delays it by up to the RPC timeout.
+// rather than hold back its row's catch-up. A catch-up of a row that holds
+// stripes lists the shards of every member of the row, so a member that
+// does not answer (a partition) delays it by up to the RPC timeout; a row
+// whose primary and catching-up member hold no shard asks only the primary
+// (rebuildShards).
 //
 // Tombstones of deleted blobs are kept (a few hundred bytes each). The
 // scrubber asks each blob's metadata primary once per pass. Writes to a

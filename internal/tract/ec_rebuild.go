@@ -116,9 +116,15 @@ func (d *disk) listShards(ctx context.Context, member ServerID, r uint32) ([]*tp
 // every member to learn that (a member that does not answer costs an RPC
 // timeout). A server that is not the row's primary therefore asks the
 // primary first, and the other members only if the primary or this server
-// holds a shard of the row, or the primary is not in sync: every
-// acknowledged stripe has a shard on each of its D+P slots, so a row where
-// both hold none has no stripe to rebuild.
+// holds a shard of the row, or the primary is not in sync. Every
+// acknowledged stripe has at least D+1 of its D+P shards, so with P = 2 (or
+// less) one of the two holds a shard of every stripe of the row, and a row
+// where both hold none has no stripe to rebuild. With P >= 3 a stripe
+// acknowledged while both were unreachable lacks both shards; if every
+// stripe of the row is such a one, this catch-up skips them, and the
+// shard is rewritten by the scrubber of the row's primary once that has
+// rebuilt its own (it does so when it restarts, recheckShards): the
+// stripe keeps D+1 shards meanwhile.
 func (d *disk) rebuildShards(ctx context.Context, r uint32, row Row, slot int) (uint64, uint64, error) {
 	holders := map[tractKey][]shardHolder{}
 	own := 0
