@@ -18,7 +18,6 @@ import (
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/btree/extentstore"
 	"github.com/arbor-storage/arbor/internal/btree/tuple"
-	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/directory"
@@ -500,7 +499,7 @@ func BenchmarkFSSnapshots(b *testing.B) {
 	bin := devclustertest.Binary(b)
 	c := devclustertest.Start(b, devcluster.Options{Nodes: 5, Binary: bin, ServerArgs: []string{"--log-level=warn"}})
 	ctx := context.Background()
-	opts := client.DialOptions(c.ClusterID())
+	opts := c.DialOptions()
 	dir, err := directory.Dial(c.DirectoryAddrs(), opts...)
 	if err != nil {
 		b.Fatal(err)

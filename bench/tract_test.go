@@ -85,12 +85,12 @@ func startTractCluster(b *testing.B) *tractBench {
 func startTractClusterWith(b *testing.B, opts devcluster.Options) *tractBench {
 	b.Helper()
 	c := devclustertest.Start(b, opts)
-	dir, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
+	dir, err := directory.Dial(c.DirectoryAddrs(), c.DialOptions()...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { dir.Close() })
-	cl, err := tract.NewClient(tract.ClientConfig{Directory: dir, DialOptions: client.DialOptions(c.ClusterID())})
+	cl, err := tract.NewClient(tract.ClientConfig{Directory: dir, DialOptions: c.DialOptions()})
 	if err != nil {
 		b.Fatal(err)
 	}

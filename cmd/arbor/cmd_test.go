@@ -73,7 +73,7 @@ func TestServerFlagsBuildConfig(t *testing.T) {
 	err := ta.run("server", "--node-id=2", "--cluster-id=prod", "--data-dir="+dir,
 		"--listen=127.0.0.1:7002", "--http=127.0.0.1:8002", "--domain=rack-2",
 		"--roles=directory,storage", "--directory-peers="+peers3, "--disks=/d1,/d2",
-		"--heartbeat-interval=500ms", "--log-format=json", "--log-level=debug")
+		"--heartbeat-interval=500ms", "--log-format=json", "--log-level=debug", "--tls-dir=/etc/arbor/tls", "--pprof")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +95,10 @@ func TestServerFlagsBuildConfig(t *testing.T) {
 	if c.Log.Format != "json" || c.Log.Level.String() != "DEBUG" {
 		t.Fatalf("log = %+v", c.Log)
 	}
+	if c.TLS.CertFile != "/etc/arbor/tls/node.crt" || c.TLS.KeyFile != "/etc/arbor/tls/node.key" || c.TLS.CAFile != "/etc/arbor/tls/ca.crt" ||
+		c.Insecure || !c.PProf {
+		t.Fatalf("tls = %+v, insecure %v, pprof %v", c.TLS, c.Insecure, c.PProf)
+	}
 }
 
 func TestServerConfigFile(t *testing.T) {
@@ -109,13 +113,14 @@ http: 127.0.0.1:8003
 domain: rack-3
 roles: [directory, storage]
 directory-peers: ` + peers3 + `
+tls-dir: /etc/arbor/tls
 faults: fail=0.01
 node-dead-timeout: 30s
 log-level: warn
 `},
 		{"node.json", `{"node-id": 3, "cluster-id": "prod", "data-dir": "` + dir + `",
  "listen": "127.0.0.1:7003", "http": "127.0.0.1:8003", "domain": "rack-3",
- "roles": ["directory", "storage"], "directory-peers": "` + peers3 + `",
+ "roles": ["directory", "storage"], "directory-peers": "` + peers3 + `", "tls-dir": "/etc/arbor/tls",
  "faults": "fail=0.01", "node-dead-timeout": "30s", "log-level": "warn"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,7 +203,9 @@ func TestClusterResolution(t *testing.T) {
 			if tc.env != "" {
 				ta.env[clusterEnv] = tc.env
 			}
-			err := ta.run(append([]string{"status"}, tc.args...)...)
+			// --insecure: this is about addresses; TestCredentialResolution
+			// is about credentials.
+			err := ta.run(append([]string{"status", "--insecure"}, tc.args...)...)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want %q", err, tc.wantErr)
@@ -218,7 +225,7 @@ func TestClusterResolution(t *testing.T) {
 func TestStatusAndNodesCommands(t *testing.T) {
 	ta := newTestApp()
 	ta.view = fiveNodes
-	if err := ta.run("status", "--cluster", "a:1"); err != nil {
+	if err := ta.run("status", "--cluster", "a:1", "--insecure"); err != nil {
 		t.Fatal(err)
 	}
 	var want bytes.Buffer
@@ -230,7 +237,7 @@ func TestStatusAndNodesCommands(t *testing.T) {
 	}
 
 	ta.out.Reset()
-	if err := ta.run("nodes", "--json", "--cluster", "a:1"); err != nil {
+	if err := ta.run("nodes", "--json", "--cluster", "a:1", "--insecure"); err != nil {
 		t.Fatal(err)
 	}
 	var nodes struct{ Nodes []NodeView }
@@ -239,16 +246,16 @@ func TestStatusAndNodesCommands(t *testing.T) {
 	}
 
 	ta.out.Reset()
-	if err := ta.run("nodes", "decommission", "4", "--cluster", "a:1"); err != nil {
+	if err := ta.run("nodes", "decommission", "4", "--cluster", "a:1", "--insecure"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(ta.out.String(), "node 4 is being decommissioned") {
 		t.Fatalf("decommission printed %q", ta.out.String())
 	}
-	if err := ta.run("nodes", "decommission", "404", "--cluster", "a:1"); err == nil || !strings.Contains(err.Error(), "no such node") {
+	if err := ta.run("nodes", "decommission", "404", "--cluster", "a:1", "--insecure"); err == nil || !strings.Contains(err.Error(), "no such node") {
 		t.Fatalf("decommission of a missing node: %v", err)
 	}
-	if err := ta.run("nodes", "decommission", "zero", "--cluster", "a:1"); err == nil {
+	if err := ta.run("nodes", "decommission", "zero", "--cluster", "a:1", "--insecure"); err == nil {
 		t.Fatal("decommission of a non-number succeeded")
 	}
 }

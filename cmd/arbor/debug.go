@@ -18,6 +18,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/faults/faultspb"
+	"github.com/arbor-storage/arbor/internal/security"
 )
 
 func newDebugCmd(a *app) *cobra.Command {
@@ -35,6 +36,7 @@ type faultTargets struct {
 	dir       string
 	clusterID string
 	asJSON    bool
+	creds     credentialFlags
 	timeout   time.Duration
 }
 
@@ -57,6 +59,7 @@ of an arbor dev cluster).
 	fl.StringVar(&ft.addrs, "addr", "", "gRPC addresses of the nodes, host:port,...")
 	fl.StringVar(&ft.dir, "dir", "", "an arbor dev directory: act on all its nodes")
 	fl.StringVar(&ft.clusterID, "cluster-id", "", "cluster id to present (default: from --dir)")
+	ft.creds.register(fl)
 	fl.BoolVar(&ft.asJSON, "json", false, "print JSON")
 	fl.DurationVar(&ft.timeout, "timeout", ft.timeout, timeoutUsage)
 
@@ -115,24 +118,25 @@ func parseNodeIDs(s string) ([]uint64, error) {
 	return ids, nil
 }
 
-// resolve returns the addresses to act on and the cluster id to present.
-func (ft *faultTargets) resolve() ([]string, string, error) {
+// resolve returns the addresses to act on, the cluster id to present and,
+// with --dir, what the dev cluster's files say.
+func (ft *faultTargets) resolve() ([]string, string, devcluster.Info, error) {
 	switch {
 	case ft.addrs != "" && ft.dir != "":
-		return nil, "", errors.New("give either --addr or --dir, not both")
+		return nil, "", devcluster.Info{}, errors.New("give either --addr or --dir, not both")
 	case ft.addrs != "":
 		addrs, err := devcluster.ParseAddrs(ft.addrs)
 		if err != nil {
-			return nil, "", fmt.Errorf("--addr: %w", err)
+			return nil, "", devcluster.Info{}, fmt.Errorf("--addr: %w", err)
 		}
-		return addrs, ft.clusterID, nil
+		return addrs, ft.clusterID, devcluster.Info{}, nil
 	case ft.dir != "":
 		info, err := devcluster.ReadInfo(filepath.Clean(ft.dir))
 		if err != nil {
-			return nil, "", fmt.Errorf("--dir: %w", err)
+			return nil, "", devcluster.Info{}, fmt.Errorf("--dir: %w", err)
 		}
 		if len(info.Nodes) == 0 {
-			return nil, "", fmt.Errorf("--dir %s: no dev.json listing the nodes", ft.dir)
+			return nil, "", devcluster.Info{}, fmt.Errorf("--dir %s: no dev.json listing the nodes", ft.dir)
 		}
 		var addrs []string
 		for _, n := range info.Nodes {
@@ -142,15 +146,19 @@ func (ft *faultTargets) resolve() ([]string, string, error) {
 		if id == "" {
 			id = info.ClusterID
 		}
-		return addrs, id, nil
+		return addrs, id, info, nil
 	}
-	return nil, "", errors.New("no nodes given: use --addr host:port,... or --dir DIR")
+	return nil, "", devcluster.Info{}, errors.New("no nodes given: use --addr host:port,... or --dir DIR")
 }
 
 // apply sends req (nil: a read) to every target node and prints the
 // resulting states. It tries every node and reports every failure.
 func (ft *faultTargets) apply(ctx context.Context, a *app, req *faultspb.SetFaultsRequest) error {
-	addrs, clusterID, err := ft.resolve()
+	addrs, clusterID, info, err := ft.resolve()
+	if err != nil {
+		return err
+	}
+	creds, err := ft.creds.load(a.getenv, ft.dir, info)
 	if err != nil {
 		return err
 	}
@@ -159,7 +167,7 @@ func (ft *faultTargets) apply(ctx context.Context, a *app, req *faultspb.SetFaul
 	var states []*faultspb.FaultsState
 	var errs []error
 	for _, addr := range addrs {
-		st, err := callAdmin(ctx, addr, clusterID, req)
+		st, err := callAdmin(ctx, addr, clusterID, creds, req)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 			continue
@@ -187,8 +195,8 @@ func (ft *faultTargets) apply(ctx context.Context, a *app, req *faultspb.SetFaul
 	return errors.Join(errs...)
 }
 
-func callAdmin(ctx context.Context, addr, clusterID string, req *faultspb.SetFaultsRequest) (*faultspb.FaultsState, error) {
-	cc, err := grpc.NewClient(addr, client.DialOptions(clusterID)...)
+func callAdmin(ctx context.Context, addr, clusterID string, creds *security.Credentials, req *faultspb.SetFaultsRequest) (*faultspb.FaultsState, error) {
+	cc, err := grpc.NewClient(addr, client.DialOptions(clusterID, creds)...)
 	if err != nil {
 		return nil, err
 	}

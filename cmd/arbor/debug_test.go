@@ -11,8 +11,9 @@ import (
 	"github.com/arbor-storage/arbor/internal/server"
 )
 
-// startTestNode runs a node in this process, for commands that talk to one.
-func startTestNode(t *testing.T, id uint64, cluster string) *server.Node {
+// startTestNode runs a node in this process, for commands that talk to
+// one, with the node credentials of pki (testPKI).
+func startTestNode(t *testing.T, id uint64, cluster string, pki testPKI) *server.Node {
 	t.Helper()
 	n, err := server.Start(context.Background(), server.Config{
 		NodeID: id, ClusterID: cluster, DataDir: t.TempDir(),
@@ -20,6 +21,7 @@ func startTestNode(t *testing.T, id uint64, cluster string) *server.Node {
 		Roles: []server.Role{server.RoleStorage}, DirectoryPeers: []server.Peer{{ID: 99, Addr: "127.0.0.1:1"}},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Timeouts: server.Timeouts{Shutdown: 5 * time.Second},
+		TLS:      server.TLSFiles{Dir: pki.nodeDir},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -29,11 +31,13 @@ func startTestNode(t *testing.T, id uint64, cluster string) *server.Node {
 }
 
 func TestDebugFaultsCommand(t *testing.T) {
-	n1 := startTestNode(t, 1, "c1")
-	n2 := startTestNode(t, 2, "c1")
+	pki := newTestPKI(t)
+	n1 := startTestNode(t, 1, "c1", pki)
+	n2 := startTestNode(t, 2, "c1", pki)
 	addrs := n1.Addr() + "," + n2.Addr()
 
 	ta := newTestApp()
+	ta.env[credentialsEnv] = pki.admin
 	if err := ta.run("debug", "faults", "set", "fail=0.25,seed=9", "--addr", addrs); err != nil {
 		t.Fatal(err)
 	}

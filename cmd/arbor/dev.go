@@ -34,6 +34,11 @@ their data under --dir (one folder per node, named by its id), wait until it
 is healthy, write the directory addresses to DIR/cluster, print them, and run
 until SIGINT or SIGTERM; then stop every node cleanly.
 
+Every connection is mutual TLS: at first start arbor dev makes the
+cluster's CA, a certificate for every node and an admin credential under
+DIR/tls (reused later); client commands given --dir DIR present the admin
+credential. The nodes serve /debug/pprof/ on their HTTP ports.
+
 Run it again on the same --dir to bring the same cluster back with all its
 state: same node ids and, when they are free, the same ports. The first
 --directory-voters nodes are directory voters; every node stores data.`,
@@ -75,6 +80,8 @@ state: same node ids and, when they are free, the same ports. The first
 				StartTimeout:    startTimeout,
 				StopTimeout:     stopTimeout,
 				Logger:          a.logger,
+				// Benchmarks and profiling read the nodes' profiles.
+				PProf: true,
 			}, mountDir)
 		},
 	}

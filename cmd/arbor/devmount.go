@@ -32,7 +32,7 @@ type mountFunc func(ctx context.Context, target clusterTarget, opts mountOptions
 // devMount creates the file system "default" if missing and mounts it at
 // dir.
 func devMount(ctx context.Context, a *app, c *devcluster.Cluster, dir string) (*mounted, error) {
-	target := clusterTarget{Addrs: c.DirectoryAddrs(), ClusterID: c.ClusterID()}
+	target := clusterTarget{Addrs: c.DirectoryAddrs(), ClusterID: c.ClusterID(), Credentials: c.Credentials()}
 	opts := mountOptions{fsName: devFileSystem, dir: dir, create: true, allowOther: os.Geteuid() == 0, http: "127.0.0.1:0"}
 	return mountWhenReady(ctx, a, mountFS, target, opts, devMountTimeout)
 }

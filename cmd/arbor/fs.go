@@ -27,7 +27,7 @@ import (
 
 // dialCluster connects to the cluster a command targets.
 func dialCluster(target clusterTarget, logger *slog.Logger) (*client.Cluster, error) {
-	return client.Dial(client.Options{Addrs: target.Addrs, ClusterID: target.ClusterID, Logger: logger})
+	return client.Dial(client.Options{Addrs: target.Addrs, ClusterID: target.ClusterID, Credentials: target.Credentials, Logger: logger})
 }
 
 // createFS creates the file system name, or finds it if it exists. The

@@ -46,7 +46,7 @@ with --portmap; others are told the port, e.g. with libnfs:
 				return err
 			}
 			cancel()
-			c, err := client.Dial(client.Options{Addrs: target.Addrs, ClusterID: target.ClusterID, Logger: a.logger, DurableMetadata: true})
+			c, err := client.Dial(client.Options{Addrs: target.Addrs, ClusterID: target.ClusterID, Credentials: target.Credentials, Logger: a.logger, DurableMetadata: true})
 			if err != nil {
 				return err
 			}

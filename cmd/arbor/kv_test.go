@@ -51,7 +51,7 @@ func (m *memKV) run(t *testing.T, stdin string, args ...string) (string, error) 
 	t.Helper()
 	ta := newTestApp()
 	cmd := newKVCmdWith(&ta.app, m.open)
-	cmd.SetArgs(append(args, "--cluster", "127.0.0.1:1"))
+	cmd.SetArgs(append(args, "--cluster", "127.0.0.1:1", "--insecure"))
 	cmd.SetIn(strings.NewReader(stdin))
 	cmd.SetOut(&ta.out)
 	cmd.SetErr(&ta.errOut)
@@ -184,7 +184,7 @@ func TestKVOnDevCluster(t *testing.T) {
 		t.Skip("starts a cluster of real processes")
 	}
 	c := devclustertest.Start(t, devcluster.Options{Nodes: 3})
-	flags := []string{"--cluster", strings.Join(c.DirectoryAddrs(), ","), "--cluster-id", c.ClusterID()}
+	flags := []string{"--cluster", strings.Join(c.DirectoryAddrs(), ","), "--cluster-id", c.ClusterID(), "--credentials", c.AdminCredentialFile()}
 	kvRun := func(stdin string, args ...string) (string, error) {
 		ta := newTestApp()
 		root := newRootCmd(&ta.app)
@@ -407,7 +407,7 @@ func TestKVPutStdinProgress(t *testing.T) {
 	}{{"always", true}, {"auto", false}, {"never", false}} {
 		ta := newTestApp()
 		cmd := newKVCmdWith(&ta.app, m.open)
-		cmd.SetArgs([]string{"put", "--stdin", "--progress", tc.flag, "--cluster", "127.0.0.1:1"})
+		cmd.SetArgs([]string{"put", "--stdin", "--progress", tc.flag, "--cluster", "127.0.0.1:1", "--insecure"})
 		cmd.SetIn(strings.NewReader(in.String()))
 		if err := cmd.ExecuteContext(context.Background()); err != nil {
 			t.Fatal(err)
@@ -422,7 +422,7 @@ func TestKVPutStdinProgress(t *testing.T) {
 	}
 	ta := newTestApp()
 	cmd := newKVCmdWith(&ta.app, m.open)
-	cmd.SetArgs([]string{"put", "--stdin", "--progress", "sometimes", "--cluster", "127.0.0.1:1"})
+	cmd.SetArgs([]string{"put", "--stdin", "--progress", "sometimes", "--cluster", "127.0.0.1:1", "--insecure"})
 	cmd.SetIn(strings.NewReader("k\tv\n"))
 	if err := cmd.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "want auto, always or never") {
 		t.Fatalf("--progress sometimes: %v", err)

@@ -54,7 +54,7 @@ func mountFS(ctx context.Context, target clusterTarget, opts mountOptions, logge
 	if err := prepareMountPoint(opts.dir); err != nil {
 		return nil, err
 	}
-	c, err := client.Dial(client.Options{Addrs: target.Addrs, ClusterID: target.ClusterID, Logger: logger,
+	c, err := client.Dial(client.Options{Addrs: target.Addrs, ClusterID: target.ClusterID, Credentials: target.Credentials, Logger: logger,
 		DurableMetadata: opts.durable || os.Getenv("ARBOR_DURABLE_METADATA") != ""})
 	if err != nil {
 		return nil, err

@@ -161,7 +161,7 @@ func TestUnreachableClusterFailsFast(t *testing.T) {
 		{"extent", "list"},
 	} {
 		start := time.Now()
-		stderr, code := runCLI(t, append(args, "--cluster", addr)...)
+		stderr, code := runCLI(t, append(args, "--cluster", addr, "--insecure")...)
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("%v took %v", args, d)
 		}
@@ -179,7 +179,7 @@ func TestHTTPAddressIsNamed(t *testing.T) {
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	for _, args := range [][]string{{"fs", "list"}, {"kv", "get", "k"}, {"status"}} {
 		start := time.Now()
-		stderr, code := runCLI(t, append(args, "--cluster", addr)...)
+		stderr, code := runCLI(t, append(args, "--cluster", addr, "--insecure")...)
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("%v took %v", args, d)
 		}
@@ -211,14 +211,14 @@ func TestSilentClusterTimesOut(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	stderr, code := runCLI(t, "fs", "list", "--cluster", l.Addr().String(), "--timeout", "1500ms")
+	stderr, code := runCLI(t, "fs", "list", "--cluster", l.Addr().String(), "--insecure", "--timeout", "1500ms")
 	if d := time.Since(start); d < 1500*time.Millisecond || d > 6*time.Second {
 		t.Errorf("gave up after %v, want about --timeout 1.5s", d)
 	}
 	checkUserError(t, stderr, code, "list file systems", "timed out", "within --timeout")
 
 	// At --log-level debug the raw error comes first, gRPC's words and all.
-	stderr, _ = runCLI(t, "fs", "list", "--cluster", l.Addr().String(), "--timeout", "1s", "--log-level", "debug")
+	stderr, _ = runCLI(t, "fs", "list", "--cluster", l.Addr().String(), "--insecure", "--timeout", "1s", "--log-level", "debug")
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	last := lines[len(lines)-1]
 	if !strings.Contains(stderr, `level=DEBUG msg="command failed" err=`) || !strings.Contains(stderr, "context deadline exceeded") ||
@@ -257,7 +257,7 @@ func TestCLIOnDevCluster(t *testing.T) {
 		t.Skip("starts a cluster of real processes")
 	}
 	c := devclustertest.Start(t, devcluster.Options{Nodes: 3})
-	flags := []string{"--cluster", strings.Join(c.DirectoryAddrs(), ","), "--cluster-id", c.ClusterID()}
+	flags := []string{"--cluster", strings.Join(c.DirectoryAddrs(), ","), "--cluster-id", c.ClusterID(), "--credentials", c.AdminCredentialFile()}
 	// The kv store needs the first extents, made once the storage nodes
 	// have registered, and the blob store its TLT.
 	deadline := time.Now().Add(60 * time.Second)

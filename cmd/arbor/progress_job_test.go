@@ -65,7 +65,7 @@ func TestFsckProgressOnDevCluster(t *testing.T) {
 		t.Skip("starts a cluster of real processes")
 	}
 	c := devclustertest.Start(t, devcluster.Options{Nodes: 3})
-	flags := []string{"--cluster", strings.Join(c.DirectoryAddrs(), ","), "--cluster-id", c.ClusterID()}
+	flags := []string{"--cluster", strings.Join(c.DirectoryAddrs(), ","), "--cluster-id", c.ClusterID(), "--credentials", c.AdminCredentialFile()}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		stderr, code := runCLI(t, append([]string{"fs", "create", "f1"}, flags...)...)

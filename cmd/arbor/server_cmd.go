@@ -35,6 +35,9 @@ type serverFlags struct {
 	faults         string
 	tract          string
 	timeouts       server.Timeouts
+	tls            server.TLSFiles
+	insecure       bool
+	pprof          bool
 }
 
 func newServerCmd(a *app) *cobra.Command {
@@ -46,9 +49,14 @@ func newServerCmd(a *app) *cobra.Command {
 
 Settings come from flags and, optionally, a YAML or JSON file (--config)
 whose keys are the flag names; flags win over the file. The fault-injection
-switch (--faults) defaults to $` + faultsEnv + `.`,
+switch (--faults) defaults to $` + faultsEnv + `.
+
+gRPC is served only over mutual TLS: the node presents its certificate
+and requires every caller's to chain to the cluster CA (--tls-dir, or
+--tls-cert, --tls-key and --tls-ca; make them with ` + "`arbor cert`" + `).
+Without them the server refuses to start unless --insecure is given.`,
 		Example: `  arbor server --node-id 1 --cluster-id prod --data-dir /var/lib/arbor \
-    --listen 10.0.0.1:7080 --http 10.0.0.1:7081 --domain rack-1 \
+    --tls-dir /etc/arbor/tls --listen 10.0.0.1:7080 --http 10.0.0.1:7081 --domain rack-1 \
     --roles directory,storage \
     --directory-peers 1=10.0.0.1:7080,2=10.0.0.2:7080,3=10.0.0.3:7080`,
 		Args: cobra.NoArgs,
@@ -76,7 +84,7 @@ switch (--faults) defaults to $` + faultsEnv + `.`,
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory holding all of this node's state")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7080", "gRPC listen address host:port")
 	fl.StringVar(&f.advertise, "advertise", "", "address other nodes use to reach this one (default --listen)")
-	fl.StringVar(&f.http, "http", "127.0.0.1:7081", "HTTP address for /metrics, /healthz and /debug/pprof")
+	fl.StringVar(&f.http, "http", "127.0.0.1:7081", "HTTP address for /metrics, /healthz (and /debug/pprof with --pprof)")
 	fl.StringVar(&f.domain, "domain", "", "failure domain (host, rack): no two replicas share one (default: host name)")
 	fl.StringVar(&f.disks, "disks", "", "comma-separated directories whose space the storage role serves (default --data-dir)")
 	fl.StringVar(&f.roles, "roles", string(server.RoleStorage)+","+string(server.RoleMeta), "comma-separated roles: directory, storage, meta, gateway")
@@ -84,6 +92,12 @@ switch (--faults) defaults to $` + faultsEnv + `.`,
 	fl.StringVar(&f.directoryPeers, "directory-peers", "", "the directory group: id=host:port,...")
 	fl.StringVar(&f.tract, "tract", "", "tract store settings, e.g. tract-size=4MiB,replication=3 (default $"+tractEnv+"); the tract size is fixed when the cluster is created")
 	fl.StringVar(&f.faults, "faults", "", "fault injection, e.g. fail=0.01,delay=0.05:1ms-20ms,dup=0.01,methods=REGEX,seed=N (default $"+faultsEnv+")")
+	fl.StringVar(&f.tls.Dir, "tls-dir", "", "directory of the node's credentials: "+server.NodeCertFileName+", "+server.NodeKeyFileName+", "+server.CAFileName+" (as `arbor cert node --out` writes them)")
+	fl.StringVar(&f.tls.CertFile, "tls-cert", "", "the node's certificate (PEM; default --tls-dir/"+server.NodeCertFileName+")")
+	fl.StringVar(&f.tls.KeyFile, "tls-key", "", "the node's private key (PEM; default --tls-dir/"+server.NodeKeyFileName+")")
+	fl.StringVar(&f.tls.CAFile, "tls-ca", "", "the cluster CA's certificate (PEM; default --tls-dir/"+server.CAFileName+")")
+	fl.BoolVar(&f.insecure, "insecure", false, "serve gRPC in plain text with no authentication at all (benchmark references, debugging)")
+	fl.BoolVar(&f.pprof, "pprof", false, "serve /debug/pprof/ on the HTTP port")
 	fl.DurationVar(&f.timeouts.Shutdown, "shutdown-timeout", f.timeouts.Shutdown, "bound on a graceful shutdown")
 	fl.DurationVar(&f.timeouts.RPC, "rpc-timeout", f.timeouts.RPC, "default deadline of calls between nodes")
 	fl.DurationVar(&f.timeouts.Heartbeat, "heartbeat-interval", f.timeouts.Heartbeat, "how often the node heartbeats to the directory")
@@ -141,6 +155,9 @@ func (f *serverFlags) config(a *app) (server.Config, error) {
 		Log:            a.logConfig,
 		Logger:         a.logger,
 		Timeouts:       f.timeouts,
+		TLS:            f.tls,
+		Insecure:       f.insecure,
+		PProf:          f.pprof,
 	}
 	return cfg.Normalize()
 }

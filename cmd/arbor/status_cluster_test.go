@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/overview"
@@ -34,7 +33,7 @@ func TestStatusReportsKilledNode(t *testing.T) {
 	}
 	c := devclustertest.Start(t, devcluster.Options{Nodes: 5, ServerArgs: []string{"--node-dead-timeout=" + statusDeadTimeout.String()}})
 	bin := devclustertest.Binary(t)
-	flags := []string{"--cluster", strings.Join(c.DirectoryAddrs(), ","), "--cluster-id", c.ClusterID()}
+	flags := []string{"--cluster", strings.Join(c.DirectoryAddrs(), ","), "--cluster-id", c.ClusterID(), "--credentials", c.AdminCredentialFile()}
 	status := func(args ...string) (string, time.Duration) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -83,7 +82,7 @@ func TestStatusReportsKilledNode(t *testing.T) {
 	// Wait for the TLT and the first extents (the cluster installs them
 	// once the storage nodes have registered), so the sections below have
 	// something to show.
-	g, err := overview.NewGatherer(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
+	g, err := overview.NewGatherer(c.DirectoryAddrs(), c.DialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,9 @@
 // it; none of them wires the layers below by hand.
 //
 // Every connection carries the cluster's id when it is known
-// (DialOptions), so a client pointed at another cluster is refused.
+// (DialOptions), so a client pointed at another cluster is refused, and
+// is mutual TLS with the caller's credentials (internal/security), so the
+// nodes know who calls.
 package client
 
 import (
@@ -32,6 +34,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/kv"
 	"github.com/arbor-storage/arbor/internal/meta"
 	"github.com/arbor-storage/arbor/internal/raftengine"
+	"github.com/arbor-storage/arbor/internal/security"
 	"github.com/arbor-storage/arbor/internal/tract"
 )
 
@@ -45,11 +48,16 @@ const ClusterMetadataKey = "arbor-cluster"
 const MaxMessageBytes = raftengine.MaxGRPCMessageBytes
 
 // DialOptions are the dial options of a client of the cluster clusterID
-// (empty: unchecked): plain-text transport, the message size bound, and
-// the cluster id on every call.
-func DialOptions(clusterID string) []grpc.DialOption {
+// (empty: unchecked): mutual TLS with creds (internal/security; nil:
+// plain text, for servers run with --insecure), the message size bound,
+// and the cluster id on every call.
+func DialOptions(clusterID string, creds *security.Credentials) []grpc.DialOption {
+	transport := insecure.NewCredentials()
+	if creds != nil {
+		transport = security.ClientCredentials(creds)
+	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(transport),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 	}
 	if clusterID != "" {
@@ -87,7 +95,10 @@ type Options struct {
 	Addrs []string
 	// ClusterID, if set, is sent on every call (DialOptions).
 	ClusterID string
-	// DialOptions, if set, replace DialOptions(ClusterID).
+	// Credentials are presented to the nodes (mutual TLS); nil dials in
+	// plain text, which only servers run with --insecure accept.
+	Credentials *security.Credentials
+	// DialOptions, if set, replace DialOptions(ClusterID, Credentials).
 	DialOptions []grpc.DialOption
 	Logger      *slog.Logger
 	// DurableMetadata makes every metadata change answered only once it is
@@ -119,7 +130,7 @@ func Dial(opts Options) (*Cluster, error) {
 		return nil, errors.New("client: no directory address")
 	}
 	if opts.DialOptions == nil {
-		opts.DialOptions = DialOptions(opts.ClusterID)
+		opts.DialOptions = DialOptions(opts.ClusterID, opts.Credentials)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

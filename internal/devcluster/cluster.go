@@ -22,6 +22,7 @@ import (
 
 	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/faults/faultspb"
+	"github.com/arbor-storage/arbor/internal/security"
 	"github.com/arbor-storage/arbor/internal/server"
 )
 
@@ -69,6 +70,14 @@ type Options struct {
 	StopTimeout time.Duration
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
+	// Insecure runs the servers with --insecure (plain text, no
+	// authentication) and dials them so: the reference of the
+	// benchmarks' TLS cost. Otherwise (the default) the cluster's
+	// credentials are in DIR/tls (created at first start) and every
+	// connection is mutual TLS.
+	Insecure bool
+	// PProf serves /debug/pprof/ on every node's HTTP port (--pprof).
+	PProf bool
 }
 
 // Node describes one node of a cluster.
@@ -112,6 +121,8 @@ type Cluster struct {
 	blocked map[uint64]map[uint64]bool // node -> peers it blocks, reapplied after restarts
 	conns   map[string]*grpc.ClientConn
 	closed  bool
+	// creds are the admin credentials (nil if Options.Insecure).
+	creds *security.Credentials
 }
 
 // Open takes ownership of opts.Dir (an flock on DIR/dev.lock) and loads its
@@ -172,6 +183,14 @@ func Open(opts Options) (c *Cluster, err error) {
 	}()
 	if c.layout, err = c.loadOrCreateLayout(); err != nil {
 		return nil, err
+	}
+	if !opts.Insecure {
+		if err := ensureTLS(dir, c.layout, time.Now()); err != nil {
+			return nil, err
+		}
+		if c.creds, err = LoadAdminCredentials(dir); err != nil {
+			return nil, fmt.Errorf("devcluster: %w", err)
+		}
 	}
 	c.spawner = newSpawner()
 	return c, nil
@@ -268,6 +287,7 @@ func (c *Cluster) loadOrCreateLayout() (*layout, error) {
 			}
 		}
 	}
+	l.Insecure = c.opts.Insecure
 	if err := l.save(c.dir); err != nil {
 		return nil, fmt.Errorf("devcluster: save layout: %w", err)
 	}
@@ -440,6 +460,10 @@ func (c *Cluster) serverArgs(n nodeLayout) []string {
 	}
 	if n.isGateway() {
 		args = append(args, "--nfs-listen="+n.NFSAddr)
+	}
+	args = append(args, c.tlsArgs(n.ID)...)
+	if c.opts.PProf {
+		args = append(args, "--pprof")
 	}
 	return append(args, c.opts.ServerArgs...)
 }
@@ -740,8 +764,8 @@ func (c *Cluster) Close() error {
 	return errors.Join(err, c.lock.Close())
 }
 
-// Conn returns a shared tool connection to node id's gRPC server; every
-// call carries the cluster id. The Cluster closes it.
+// Conn returns a shared tool connection to node id's gRPC server, with
+// the admin credentials; every call carries the cluster id. The Cluster closes it.
 func (c *Cluster) Conn(id uint64) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -755,7 +779,7 @@ func (c *Cluster) Conn(id uint64) (*grpc.ClientConn, error) {
 	if cc := c.conns[n.Addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(n.Addr, client.DialOptions(c.layout.ClusterID)...)
+	cc, err := grpc.NewClient(n.Addr, client.DialOptions(c.layout.ClusterID, c.creds)...)
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: dial node %d: %w", id, err)
 	}

@@ -383,15 +383,24 @@ func TestTwoClustersNeverTalk(t *testing.T) {
 	if na.Addr == nb.Addr || na.HTTPAddr == nb.HTTPAddr {
 		t.Fatalf("two clusters share ports: %+v and %+v", na, nb)
 	}
-	// A tool of cluster b pointed at a's node is refused.
-	cc, err := grpc.NewClient(na.Addr, client.DialOptions(b.ClusterID())...)
-	if err != nil {
-		t.Fatal(err)
+	// A tool of cluster b pointed at a's node is refused in the TLS
+	// handshake: b's certificate is not signed by a's CA (nor a's node's
+	// by b's).
+	call := func(opts []grpc.DialOption) error {
+		cc, err := grpc.NewClient(na.Addr, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		_, err = faultspb.NewAdminClient(cc).GetFaults(testCtx(t), &faultspb.GetFaultsRequest{})
+		return err
 	}
-	defer cc.Close()
-	_, err = faultspb.NewAdminClient(cc).GetFaults(testCtx(t), &faultspb.GetFaultsRequest{})
-	if status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("call from cluster %s to a node of %s: %v, want FailedPrecondition", b.ClusterID(), a.ClusterID(), err)
+	if err := call(b.DialOptions()); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("call from cluster %s to a node of %s: %v, want a failed handshake", b.ClusterID(), a.ClusterID(), err)
+	}
+	// With a's credentials but b's cluster id the cluster check refuses.
+	if err := call(client.DialOptions(b.ClusterID(), a.Credentials())); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("call for cluster %s to a node of %s: %v, want FailedPrecondition", b.ClusterID(), a.ClusterID(), err)
 	}
 	// Each cluster's own connection works.
 	if _, err := a.Faults(testCtx(t), 1); err != nil {

@@ -12,6 +12,12 @@
 //	DIR/cluster        the directory voters' addresses, "host:port,host:port,..."
 //	DIR/nfs            the nodes' NFS gateways, one host:port a line
 //	DIR/<id>/          node <id>'s data dir: arbor.pid, arbor.log, db/, ...
+//	DIR/tls/           the cluster's credentials (internal/security), made at
+//	                   first start and reused: ca.crt, ca.key (the cluster CA),
+//	                   node-<id>.crt/.key (arbor://node/node-<id>, for
+//	                   127.0.0.1, ::1, localhost), admin.crt/.key
+//	                   (arbor://admin) and admin.pem (the same as one
+//	                   credential file for --credentials)
 //
 // Invariants:
 //  1. One owner per cluster directory (dev.lock). So any arbor server still
@@ -20,7 +26,8 @@
 //  2. A node keeps its id, cluster id and data for ever; its ports are kept
 //     while they are free and re-chosen (and saved) when not.
 //  3. Two clusters never talk: each has a random cluster id that its servers
-//     check on every call (see internal/server).
+//     check on every call (see internal/server), and its own CA, so a node
+//     of one refuses the certificates of the other in the TLS handshake.
 //  4. No process outlives its owner: nodes are stopped at Stop/Close, get
 //     SIGTERM if the owner dies (Linux parent-death signal), and a pid file
 //     is trusted only if its process is alive and really an arbor server of

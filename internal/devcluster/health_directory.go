@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/directory"
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/extent"
@@ -52,12 +51,12 @@ func ClusterHealthy(ctx context.Context, c *Cluster) error {
 // harness has not cut off form a majority has a leader among them. An
 // extent that lost its majority cannot elect one and is not waited for.
 func ExtentsLed(ctx context.Context, c *Cluster) error {
-	dir, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
+	dir, err := directory.Dial(c.DirectoryAddrs(), c.DialOptions()...)
 	if err != nil {
 		return err
 	}
 	defer dir.Close()
-	ec, err := extent.NewClient(extent.ClientConfig{Directory: dir, DialOptions: client.DialOptions(c.ClusterID())})
+	ec, err := extent.NewClient(extent.ClientConfig{Directory: dir, DialOptions: c.DialOptions()})
 	if err != nil {
 		return err
 	}
@@ -91,7 +90,7 @@ func ExtentsLed(ctx context.Context, c *Cluster) error {
 
 // DirectoryStatus asks the cluster's directory for its linearizable status.
 func (c *Cluster) DirectoryStatus(ctx context.Context) (*pb.StatusResponse, error) {
-	client, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
+	client, err := directory.Dial(c.DirectoryAddrs(), c.DialOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,9 @@ type Info struct {
 	DirectoryAddrs []string
 	// Nodes are the nodes in DIR/dev.json (empty if it is missing).
 	Nodes []NodeAddr
+	// Insecure: the cluster's servers run with --insecure (DIR/dev.json);
+	// otherwise clients present DIR/tls/admin.crt (LoadAdminCredentials).
+	Insecure bool
 }
 
 // NodeAddr is where one node of a dev cluster listens.
@@ -41,6 +44,7 @@ func ReadInfo(dir string) (Info, error) {
 	}
 	if ok {
 		info.ClusterID = l.ClusterID
+		info.Insecure = l.Insecure
 		for _, n := range l.Nodes {
 			info.Nodes = append(info.Nodes, NodeAddr{ID: n.ID, Addr: n.Addr, HTTPAddr: n.HTTPAddr})
 		}

@@ -48,6 +48,9 @@ type layout struct {
 	FormatVersion int          `json:"format_version"`
 	ClusterID     string       `json:"cluster_id"`
 	Nodes         []nodeLayout `json:"nodes"`
+	// Insecure: the servers run with --insecure (Options.Insecure of the
+	// last Open), so clients dial them in plain text.
+	Insecure bool `json:"insecure,omitempty"`
 }
 
 type nodeLayout struct {

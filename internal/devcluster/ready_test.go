@@ -29,7 +29,7 @@ func TestReadyMeansServing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dial := func() *client.Cluster {
-		cl, err := client.Dial(client.Options{Addrs: c.DirectoryAddrs(), ClusterID: c.ClusterID()})
+		cl, err := client.Dial(client.Options{Addrs: c.DirectoryAddrs(), ClusterID: c.ClusterID(), Credentials: c.Credentials()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/directory"
@@ -117,12 +116,12 @@ func TestKilledNodeIsReReplicated(t *testing.T) {
 	bin := devclustertest.Binary(t)
 	c := devclustertest.Start(t, devcluster.Options{Nodes: 5, Binary: bin,
 		ServerArgs: []string{"--node-dead-timeout=3s", "--heartbeat-interval=500ms"}})
-	dir, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
+	dir, err := directory.Dial(c.DirectoryAddrs(), c.DialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dir.Close()
-	cl, err := extent.NewClient(extent.ClientConfig{Directory: dir, DialOptions: client.DialOptions(c.ClusterID()), CallTimeout: 3 * time.Second})
+	cl, err := extent.NewClient(extent.ClientConfig{Directory: dir, DialOptions: c.DialOptions(), CallTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,12 +52,12 @@ func TestLostQuorumRecoveredByOperator(t *testing.T) {
 			}
 		})
 	}
-	dir, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
+	dir, err := directory.Dial(c.DirectoryAddrs(), c.DialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dir.Close()
-	cl, err := extent.NewClient(extent.ClientConfig{Directory: dir, DialOptions: client.DialOptions(c.ClusterID()), CallTimeout: 5 * time.Second})
+	cl, err := extent.NewClient(extent.ClientConfig{Directory: dir, DialOptions: c.DialOptions(), CallTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

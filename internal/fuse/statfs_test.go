@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 )
@@ -31,7 +30,7 @@ func TestStatFSCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	dir, err := directory.NewClient(directory.ClientConfig{Addresses: e.c.DirectoryAddrs(), DialOptions: client.DialOptions(e.c.ClusterID())})
+	dir, err := directory.NewClient(directory.ClientConfig{Addresses: e.c.DirectoryAddrs(), DialOptions: e.c.DialOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}

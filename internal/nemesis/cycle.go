@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/arbor-storage/arbor/internal/client"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/extent"
 	"github.com/arbor-storage/arbor/internal/overview"
@@ -124,7 +123,7 @@ func (r *run) victim(ctx context.Context) (string, uint64) {
 
 // extentLeader returns the leader of a random extent (0 if none known).
 func (r *run) extentLeader(ctx context.Context) uint64 {
-	ec, err := extent.NewClient(extent.ClientConfig{Directory: r.cl.Directory(), DialOptions: client.DialOptions(r.cluster.ClusterID())})
+	ec, err := extent.NewClient(extent.ClientConfig{Directory: r.cl.Directory(), DialOptions: r.cluster.DialOptions()})
 	if err != nil {
 		return 0
 	}

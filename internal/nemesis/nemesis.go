@@ -194,7 +194,7 @@ func (r *run) runAll(ctx context.Context) (err error) {
 	if err := r.cluster.Start(ctx); err != nil {
 		return err
 	}
-	r.cl, err = client.Dial(client.Options{Addrs: r.cluster.DirectoryAddrs(), ClusterID: r.cluster.ClusterID(), Logger: r.log})
+	r.cl, err = client.Dial(client.Options{Addrs: r.cluster.DirectoryAddrs(), ClusterID: r.cluster.ClusterID(), Credentials: r.cluster.Credentials(), Logger: r.log})
 	if err != nil {
 		return err
 	}

@@ -35,11 +35,11 @@ type Gatherer struct {
 
 // NewGatherer returns a Gatherer of the cluster whose directory members
 // listen at dirAddrs. opts are the gRPC dial options for the cluster's
-// nodes (client.DialOptions(clusterID)); none means client.DialOptions("").
+// nodes (client.DialOptions); none means plain text (client.DialOptions("", nil)).
 // It does not wait for the network.
 func NewGatherer(dirAddrs []string, opts ...grpc.DialOption) (*Gatherer, error) {
 	if len(opts) == 0 {
-		opts = client.DialOptions("")
+		opts = client.DialOptions("", nil)
 	}
 	c, err := client.Dial(client.Options{Addrs: dirAddrs, DialOptions: opts, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

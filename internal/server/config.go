@@ -143,7 +143,34 @@ type Config struct {
 	Logger *slog.Logger
 	// Timeouts are the node's time limits.
 	Timeouts Timeouts
+	// TLS names the node's credentials (internal/security): its node
+	// certificate and key, and the cluster CA every peer's certificate
+	// must chain to. Required unless Insecure.
+	TLS TLSFiles
+	// Insecure serves gRPC in plain text, without client certificates or
+	// authorization, and dials peers so (--insecure). For benchmarks'
+	// reference runs and debugging only.
+	Insecure bool
+	// PProf serves /debug/pprof/ on the HTTP port (--pprof).
+	PProf bool
 }
+
+// TLSFiles are the paths of a node's credentials. Dir, if set, fills the
+// paths not given: Dir/node.crt, Dir/node.key, Dir/ca.crt (what `arbor
+// cert node --out DIR` writes).
+type TLSFiles struct {
+	Dir      string
+	CertFile string
+	KeyFile  string
+	CAFile   string
+}
+
+// Files written by `arbor cert node` into its --out directory.
+const (
+	NodeCertFileName = "node.crt"
+	NodeKeyFileName  = "node.key"
+	CAFileName       = "ca.crt"
+)
 
 // HasRole reports whether the node runs role r.
 func (c Config) HasRole(r Role) bool { return slices.Contains(c.Roles, r) }
@@ -177,6 +204,25 @@ func (c Config) Normalize() (Config, error) {
 	}
 	if c.AdvertiseAddr == "" {
 		c.AdvertiseAddr = c.ListenAddr
+	}
+	if d := c.TLS.Dir; d != "" {
+		for _, f := range []struct {
+			p    *string
+			name string
+		}{{&c.TLS.CertFile, NodeCertFileName}, {&c.TLS.KeyFile, NodeKeyFileName}, {&c.TLS.CAFile, CAFileName}} {
+			if *f.p == "" {
+				*f.p = filepath.Join(d, f.name)
+			}
+		}
+	}
+	for _, p := range []*string{&c.TLS.CertFile, &c.TLS.KeyFile, &c.TLS.CAFile} {
+		if *p != "" {
+			abs, err := filepath.Abs(*p)
+			if err != nil {
+				return c, fmt.Errorf("tls file %q: %w", *p, err)
+			}
+			*p = abs
+		}
 	}
 	if c.FailureDomain == "" {
 		host, err := os.Hostname()
@@ -313,6 +359,14 @@ func (c Config) validate() error {
 	}
 	if err := c.Faults.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("faults (--faults): %w", err))
+	}
+	hasTLS := c.TLS.CertFile != "" || c.TLS.KeyFile != "" || c.TLS.CAFile != ""
+	switch {
+	case c.Insecure && hasTLS:
+		bad("--insecure and TLS files (--tls-dir, --tls-cert, --tls-key, --tls-ca) exclude each other")
+	case !c.Insecure && (c.TLS.CertFile == "" || c.TLS.KeyFile == "" || c.TLS.CAFile == ""):
+		bad("TLS credentials must be set: --tls-dir DIR (with %s, %s, %s, as `arbor cert node` writes them) or --tls-cert, --tls-key and --tls-ca; "+
+			"--insecure serves without them (no authentication at all)", NodeCertFileName, NodeKeyFileName, CAFileName)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("invalid server configuration:\n%w", err)

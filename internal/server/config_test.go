@@ -20,6 +20,7 @@ func validConfig(t *testing.T) Config {
 		FailureDomain:  "rack-1",
 		Roles:          []Role{RoleDirectory, RoleStorage},
 		DirectoryPeers: []Peer{{ID: 3, Addr: "127.0.0.1:7200"}, {ID: 1, Addr: "127.0.0.1:7000"}},
+		TLS:            TLSFiles{Dir: "/etc/arbor/tls"},
 	}
 }
 

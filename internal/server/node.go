@@ -23,6 +23,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/faults"
 	"github.com/arbor-storage/arbor/internal/faults/faultspb"
 	"github.com/arbor-storage/arbor/internal/raftengine"
+	"github.com/arbor-storage/arbor/internal/security"
 )
 
 // Limits of the HTTP server.
@@ -122,6 +123,10 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 		logger.Info("new data dir: recorded node identity", "cluster", cfg.ClusterID, "data_dir", cfg.DataDir)
 	}
 
+	creds, err := loadCredentials(cfg, logger, time.Now())
+	if err != nil {
+		return n, err
+	}
 	inj, err := faults.New(faults.Options{NodeID: cfg.NodeID, Config: cfg.Faults, Logger: logger})
 	if err != nil {
 		return n, err
@@ -161,16 +166,22 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 
 	health := newHealth(cfg.NodeID, cfg.ClusterID)
 	n.gate = newRPCGate(cfg.NodeID)
-	n.grpcServer = grpc.NewServer(serverOptions(cfg, logger, inj, rm, n.gate, crashOnStoreFailure(logger))...)
+	sopts, err := serverOptions(cfg, logger, inj, rm, n.gate, crashOnStoreFailure(logger), creds)
+	if err != nil {
+		return n, err
+	}
+	n.grpcServer = grpc.NewServer(sopts...)
 	faultspb.RegisterAdminServer(n.grpcServer, faults.NewAdminServer(inj, logger))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.Handle("GET /healthz", health)
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if cfg.PProf {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	n.httpServer = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: httpReadHeaderTimeout,
@@ -189,7 +200,7 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 		HTTP:          mux,
 		Metrics:       reg,
 		Faults:        inj,
-		Dialer:        newDialer(cfg.ClusterID, inj),
+		Dialer:        newDialer(cfg.ClusterID, inj, creds),
 		Health:        health,
 	}
 	for _, m := range modules {
@@ -223,6 +234,29 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 	logger.Info("node serving", "cluster", cfg.ClusterID, "grpc", advertise, "http", n.httpLis.Addr().String(),
 		"domain", cfg.FailureDomain, "roles", cfg.Roles, "data_dir", cfg.DataDir, "version", info.Version, "pid", os.Getpid())
 	return n, nil
+}
+
+// loadCredentials loads the node's TLS credentials (Config.TLS) and checks
+// that they are a node's and valid now; with Config.Insecure it returns
+// none and says loudly that the node authenticates no one.
+func loadCredentials(cfg Config, logger *slog.Logger, now time.Time) (*security.Credentials, error) {
+	if cfg.Insecure {
+		logger.Warn("INSECURE: --insecure given: gRPC is served in plain text without client certificates; " +
+			"anyone who reaches this node's port can read and change everything")
+		return nil, nil
+	}
+	creds, err := security.LoadFiles(cfg.TLS.CertFile, cfg.TLS.KeyFile, cfg.TLS.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	if creds.Identity.Kind != security.KindNode {
+		return nil, fmt.Errorf("tls: %s is the certificate of %s, not of a node", cfg.TLS.CertFile, creds.Identity)
+	}
+	if err := creds.CheckValid(now); err != nil {
+		return nil, fmt.Errorf("tls: %s: %w", cfg.TLS.CertFile, err)
+	}
+	logger.Info("mutual TLS", "identity", creds.Identity.String(), "not_after", creds.Leaf.NotAfter.UTC().Format(time.RFC3339))
+	return creds, nil
 }
 
 // crashOnStoreFailure returns what a gRPC handler's store panic does: the

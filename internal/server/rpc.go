@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -18,6 +19,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/faults"
 	"github.com/arbor-storage/arbor/internal/raftengine"
+	"github.com/arbor-storage/arbor/internal/security"
 )
 
 // Limits of the RPC layer.
@@ -126,11 +128,21 @@ func storeFatal(r any) bool {
 // serverOptions are the gRPC server options of a node: interceptors in the
 // order metrics, recovery, cluster check, faults (partitions and stream
 // faults), module gate (no call reaches a module that is not running).
-func serverOptions(cfg Config, logger *slog.Logger, inj *faults.Injector, rm *rpcMetrics, gate *rpcGate, fatal func(error)) []grpc.ServerOption {
+func serverOptions(cfg Config, logger *slog.Logger, inj *faults.Injector, rm *rpcMetrics, gate *rpcGate, fatal func(error), creds *security.Credentials) ([]grpc.ServerOption, error) {
+	authz := security.NewAuthorizer(security.DefaultPolicy(), creds == nil)
+	transport := insecure.NewCredentials()
+	if creds != nil {
+		var err error
+		if transport, err = security.ServerCredentials(creds); err != nil {
+			return nil, err
+		}
+	}
 	return []grpc.ServerOption{
+		grpc.Creds(transport),
 		grpc.ChainUnaryInterceptor(
 			rm.unaryInterceptor(),
 			recoveryUnaryServerInterceptor(logger, fatal),
+			authz.UnaryServerInterceptor(),
 			clusterUnaryServerInterceptor(cfg.ClusterID, cfg.NodeID),
 			inj.UnaryServerInterceptor(),
 			gate.unaryInterceptor(),
@@ -138,6 +150,7 @@ func serverOptions(cfg Config, logger *slog.Logger, inj *faults.Injector, rm *rp
 		grpc.ChainStreamInterceptor(
 			rm.streamInterceptor(),
 			recoveryStreamServerInterceptor(logger, fatal),
+			authz.StreamServerInterceptor(),
 			clusterStreamServerInterceptor(cfg.ClusterID, cfg.NodeID),
 			inj.StreamServerInterceptor(),
 			gate.streamInterceptor(),
@@ -147,11 +160,12 @@ func serverOptions(cfg Config, logger *slog.Logger, inj *faults.Injector, rm *rp
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minClientPingInterval, PermitWithoutStream: true}),
 		// Stop waits for running handlers, so the DB outlives them.
 		grpc.WaitForHandlers(true),
-	}
+	}, nil
 }
 
 // Dialer makes the node's outgoing gRPC connections. Every call through
-// them carries the cluster id and the node id, and passes the fault
+// them presents the node's certificate (mutual TLS, unless --insecure),
+// carries the cluster id and the node id, and passes the fault
 // injector (DESIGN §1), so all node-to-node traffic can be faulted and
 // partitioned. Modules must dial peers only through it.
 type Dialer struct {
@@ -162,8 +176,8 @@ type Dialer struct {
 	closed bool
 }
 
-func newDialer(clusterID string, inj *faults.Injector) *Dialer {
-	opts := client.DialOptions("")
+func newDialer(clusterID string, inj *faults.Injector, creds *security.Credentials) *Dialer {
+	opts := client.DialOptions("", creds)
 	opts = append(opts,
 		grpc.WithChainUnaryInterceptor(client.ClusterUnaryInterceptor(clusterID), inj.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(client.ClusterStreamInterceptor(clusterID), inj.StreamClientInterceptor()),

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/devcluster/devclustertest"
 	"github.com/arbor-storage/arbor/internal/directory"
@@ -74,12 +73,12 @@ func startClusterWith(t *testing.T, opts devcluster.Options) *harness {
 	c := devclustertest.Start(t, opts)
 	h := &harness{t: t, c: c, bin: devclustertest.Binary(t)}
 	var err error
-	h.dir, err = directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
+	h.dir, err = directory.Dial(c.DirectoryAddrs(), c.DialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.dir.Close() })
-	h.client, err = tract.NewClient(tract.ClientConfig{Directory: h.dir, DialOptions: client.DialOptions(c.ClusterID())})
+	h.client, err = tract.NewClient(tract.ClientConfig{Directory: h.dir, DialOptions: c.DialOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +377,7 @@ func concurrentAppenders(t *testing.T, h *harness) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl, err := tract.NewClient(tract.ClientConfig{Directory: h.dir, DialOptions: client.DialOptions(h.c.ClusterID())})
+			cl, err := tract.NewClient(tract.ClientConfig{Directory: h.dir, DialOptions: h.c.DialOptions()})
 			if err != nil {
 				errs <- err
 				return

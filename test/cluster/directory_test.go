@@ -34,7 +34,7 @@ func seedOf(t *testing.T) uint64 { return testseed.Seed(t) }
 
 func dial(t *testing.T, c *devcluster.Cluster) *directory.Client {
 	t.Helper()
-	cl, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions(c.ClusterID())...)
+	cl, err := directory.Dial(c.DirectoryAddrs(), c.DialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestDirectoryLeaderKilled(t *testing.T) {
 	}
 	// The restarted replica catches up: its own local view has the writes.
 	n, _ := c.Node(old)
-	local, err := directory.Dial([]string{n.Addr}, client.DialOptions(c.ClusterID())...)
+	local, err := directory.Dial([]string{n.Addr}, c.DialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestDirectoryRefusesBadInput(t *testing.T) {
 	}
 
 	// A caller from another cluster is refused before anything runs.
-	stranger, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions("another-cluster")...)
+	stranger, err := directory.Dial(c.DirectoryAddrs(), client.DialOptions("another-cluster", c.Credentials())...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestDirectoryRefusesBadInput(t *testing.T) {
 
 	// Garbage on the raft transport is refused and the node carries on.
 	n1, _ := c.Node(1)
-	conn, err := grpc.NewClient(n1.Addr, client.DialOptions(c.ClusterID())...)
+	conn, err := grpc.NewClient(n1.Addr, c.DialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,167 @@
+package security
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// Class is who may call a method.
+type Class int
+
+const (
+	// ClassAny: any verified identity (node, admin, tenant). Tenancy of
+	// data (which tenant may reach which file system, blob or key) is
+	// checked by the services, from FromContext.
+	ClassAny Class = iota
+	// ClassAdmin: administrators and nodes (nodes reconfigure the cluster
+	// themselves: the extent manager moves replicas, metadata servers take
+	// delegations); tenants are refused.
+	ClassAdmin
+	// ClassNode: nodes only (the raft transport, replication between
+	// replicas, node registration and heartbeats).
+	ClassNode
+)
+
+func (c Class) String() string {
+	switch c {
+	case ClassAdmin:
+		return "admin"
+	case ClassNode:
+		return "node"
+	}
+	return "any"
+}
+
+func (c Class) allows(id Identity) bool {
+	switch c {
+	case ClassNode:
+		return id.Kind == KindNode
+	case ClassAdmin:
+		return id.Kind == KindNode || id.Kind == KindAdmin
+	}
+	return id.Kind != KindNone
+}
+
+// Policy maps full gRPC method names ("/pkg.Service/Method") to their
+// class; a method it does not name is ClassAny.
+type Policy map[string]Class
+
+// Class returns method's class.
+func (p Policy) Class(method string) Class { return p[method] }
+
+// DefaultPolicy is the cluster's policy: every method that changes the
+// cluster's configuration is ClassAdmin, every method only nodes call of
+// each other is ClassNode. TestDefaultPolicyNamesRealMethods keeps it in
+// step with the services.
+func DefaultPolicy() Policy {
+	p := Policy{}
+	add := func(service string, c Class, methods ...string) {
+		for _, m := range methods {
+			p["/"+service+"/"+m] = c
+		}
+	}
+	add("arbor.raftengine.v1.RaftTransport", ClassNode, "Send", "Snapshot")
+	add("arbor.directory.v1.Directory", ClassNode, "Register", "Heartbeat")
+	add("arbor.directory.v1.Directory", ClassAdmin,
+		"InitCluster", "Decommission", "PutConfig", "DeleteConfig",
+		"InstallTLT", "UpdateTLTRows",
+		"ChangeExtentReplicas",
+		"SetDelegation", "DeleteDelegation", "SplitDelegation")
+	add("arbor.tract.v1.TractServer", ClassNode, "Replicate", "FetchTract", "SyncRow", "BlobMetas", "ListRow")
+	add("arbor.tract.v1.TractServer", ClassAdmin, "Scrub")
+	add("arbor.extent.v1.Extent", ClassNode, "CreateReplica")
+	add("arbor.extent.v1.Extent", ClassAdmin, "ChangeReplicas", "Recover")
+	add("arbor.meta.v1.Meta", ClassAdmin, "MoveTable", "SplitTable")
+	add("arbor.faults.v1.Admin", ClassAdmin, "SetFaults")
+	return p
+}
+
+// PeerIdentity derives the caller's identity from the verified client
+// certificate of ctx's connection. A connection without TLS has no
+// identity (KindNone); a TLS connection whose certificate was not verified
+// or names no identity is an error.
+func PeerIdentity(ctx context.Context) (Identity, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.AuthInfo == nil {
+		return Identity{}, nil
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return Identity{}, nil
+	}
+	if len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return Identity{}, status.Error(codes.Unauthenticated, "no verified client certificate")
+	}
+	id, err := IdentityOf(info.State.VerifiedChains[0][0])
+	if err != nil {
+		return Identity{}, status.Error(codes.Unauthenticated, err.Error())
+	}
+	return id, nil
+}
+
+// Authorizer derives the caller's identity (invariant 3) and checks it
+// against the policy (invariant 4).
+type Authorizer struct {
+	policy Policy
+	// insecure: the server runs without TLS (--insecure); every caller is
+	// let through with no identity.
+	insecure bool
+}
+
+// NewAuthorizer returns an authorizer of policy; insecure lets every call
+// through (a server without TLS).
+func NewAuthorizer(policy Policy, insecure bool) *Authorizer {
+	return &Authorizer{policy: policy, insecure: insecure}
+}
+
+// authorize returns ctx with the caller's identity, or the refusal.
+func (a *Authorizer) authorize(ctx context.Context, method string) (context.Context, error) {
+	id, err := PeerIdentity(ctx)
+	if err != nil {
+		return ctx, err
+	}
+	if id.Kind == KindNone {
+		if a.insecure {
+			return ctx, nil
+		}
+		return ctx, status.Error(codes.Unauthenticated, "no client certificate")
+	}
+	if c := a.policy.Class(method); !c.allows(id) {
+		return ctx, status.Errorf(codes.PermissionDenied, "%s: %s may not call a method of class %s", method, id, c)
+	}
+	return WithIdentity(ctx, id), nil
+}
+
+// UnaryServerInterceptor authorizes unary calls.
+func (a *Authorizer) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, err := a.authorize(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor authorizes streams.
+func (a *Authorizer) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := a.authorize(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &identityStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+type identityStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *identityStream) Context() context.Context { return s.ctx }
