@@ -800,10 +800,13 @@ func (c *Cluster) admin(ctx context.Context, id uint64, req *faultspb.SetFaultsR
 		defer cancel()
 	}
 	client := faultspb.NewAdminClient(cc)
+	// A node just restarted may find our shared connection still backing
+	// off from its downtime: wait for it (within the deadline) rather than
+	// fail on the last dial error.
 	if req == nil {
-		return client.GetFaults(ctx, &faultspb.GetFaultsRequest{})
+		return client.GetFaults(ctx, &faultspb.GetFaultsRequest{}, grpc.WaitForReady(true))
 	}
-	st, err := client.SetFaults(ctx, req)
+	st, err := client.SetFaults(ctx, req, grpc.WaitForReady(true))
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: node %d: set faults: %w", id, err)
 	}

@@ -119,3 +119,12 @@ func (c *Cluster) DialOptions() []grpc.DialOption {
 func (c *Cluster) AdminCredentialFile() string {
 	return filepath.Join(c.dir, TLSDirName, AdminName+CredentialExt)
 }
+
+// NodeCredentials are node id's credentials (DIR/tls/node-ID.*), for
+// tests that act as a node: what only nodes may call (the raft
+// transport, replication) refuses the admin credential.
+func (c *Cluster) NodeCredentials(id uint64) (*security.Credentials, error) {
+	d := c.TLSDir()
+	name := NodeCertName(id)
+	return security.LoadFiles(filepath.Join(d, name+".crt"), filepath.Join(d, name+".key"), filepath.Join(d, security.CACertFile))
+}

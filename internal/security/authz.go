@@ -37,6 +37,17 @@ func (c Class) String() string {
 	return "any"
 }
 
+// holders says who may call a method of the class.
+func (c Class) holders() string {
+	switch c {
+	case ClassAdmin:
+		return "administrators and nodes"
+	case ClassNode:
+		return "nodes"
+	}
+	return "any identity of the cluster"
+}
+
 func (c Class) allows(id Identity) bool {
 	switch c {
 	case ClassNode:
@@ -66,8 +77,10 @@ func DefaultPolicy() Policy {
 		}
 	}
 	add("arbor.raftengine.v1.RaftTransport", ClassNode, "Send", "Snapshot")
-	add("arbor.directory.v1.Directory", ClassNode, "Register", "Heartbeat")
 	add("arbor.directory.v1.Directory", ClassAdmin,
+		// Nodes register and heartbeat; an operator may too (a node's
+		// record by hand), a tenant never.
+		"Register", "Heartbeat",
 		"InitCluster", "Decommission", "PutConfig", "DeleteConfig",
 		"InstallTLT", "UpdateTLTRows",
 		"ChangeExtentReplicas",
@@ -132,7 +145,7 @@ func (a *Authorizer) authorize(ctx context.Context, method string) (context.Cont
 		return ctx, status.Error(codes.Unauthenticated, "no client certificate")
 	}
 	if c := a.policy.Class(method); !c.allows(id) {
-		return ctx, status.Errorf(codes.PermissionDenied, "%s: %s may not call a method of class %s", method, id, c)
+		return ctx, status.Errorf(codes.PermissionDenied, "permission denied: %s may not call %s (%s only)", id, method, c.holders())
 	}
 	return WithIdentity(ctx, id), nil
 }

@@ -38,8 +38,8 @@
 //  3. The identity an RPC handler sees (FromContext) is derived from the
 //     verified peer certificate, never from anything the caller sends.
 //  4. Every RPC is authorized by its method's class (Policy): node-only
-//     methods (raft transport, replication between replicas, node
-//     registration) refuse every identity but a node; admin methods
+//     methods (the raft transport, replication between replicas) refuse
+//     every identity but a node; admin methods
 //     (cluster configuration) refuse tenants; the rest accept any verified
 //     identity. Refusals are codes.PermissionDenied and run nothing.
 package security

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
 
 	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/faults/faultspb"
@@ -205,7 +205,9 @@ func TestTLSRefusesStrangersAndAuthorizes(t *testing.T) {
 	}
 }
 
-type raftStub struct{ enginepb.UnimplementedRaftTransportServer }
+type raftStub struct {
+	enginepb.UnimplementedRaftTransportServer
+}
 
 // TestNodeOnlyMethodsRefuseAdmin: the raft transport answers nodes only;
 // an administrator is refused before the handler runs.

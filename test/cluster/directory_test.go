@@ -291,9 +291,14 @@ func TestDirectoryRefusesBadInput(t *testing.T) {
 		t.Error("a call from another cluster succeeded")
 	}
 
-	// Garbage on the raft transport is refused and the node carries on.
+	// Garbage on the raft transport (which answers nodes only: we present
+	// node 2's certificate) is refused and the node carries on.
 	n1, _ := c.Node(1)
-	conn, err := grpc.NewClient(n1.Addr, c.DialOptions()...)
+	node2, err := c.NodeCredentials(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(n1.Addr, client.DialOptions(c.ClusterID(), node2)...)
 	if err != nil {
 		t.Fatal(err)
 	}
