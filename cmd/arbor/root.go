@@ -68,7 +68,7 @@ and a transactional key-value store over one replicated store.
 	root.PersistentFlags().StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "info", "lowest level logged: debug, info, warn or error")
 	root.AddCommand(
-		newServerCmd(a), newCertCmd(a),
+		newServerCmd(a), newCertCmd(a), newTenantCmd(a),
 		newDevCmd(a),
 		newStatusCmd(a),
 		newNodesCmd(a),

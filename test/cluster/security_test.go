@@ -196,6 +196,54 @@ func TestMutualTLSAgainstRealNodes(t *testing.T) {
 		t.Fatalf("admin: debug faults heal: %v\n%s", err, out)
 	}
 
+	// Tenants: an administrator records them and makes their credentials;
+	// a tenant can do neither.
+	dev := []string{"--dir", c.Dir()}
+	runDev := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, bin, append(args, dev...)...)
+		cmd.Env = append(os.Environ(), "ARBOR_CREDENTIALS=")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := runDev("tenant", "create", "acme"); err != nil {
+		t.Fatalf("tenant create: %v\n%s", err, out)
+	}
+	if out, err := runDev("tenant", "create", "acme"); err == nil || !strings.Contains(out, "exists") {
+		t.Errorf("tenant create twice: %v\n%s", err, out)
+	}
+	if out, err := arbor(tenant, append([]string{"tenant", "create", "evil"}, cluster...)...); err == nil || !strings.Contains(out, "permission denied") {
+		t.Errorf("a tenant creating a tenant: %v\n%s", err, out)
+	}
+	out, err = runDev("tenant", "list", "--json")
+	if err != nil || !strings.Contains(out, `"name": "acme"`) || strings.Contains(out, "evil") {
+		t.Fatalf("tenant list: %v\n%s", err, out)
+	}
+	acme := filepath.Join(dir, "acme.pem")
+	if out, err := runDev("tenant", "credential", "acme", acme); err != nil {
+		t.Fatalf("tenant credential: %v\n%s", err, out)
+	}
+	if cr := load(acme); cr.Identity != security.Tenant("acme") {
+		t.Fatalf("tenant credential names %v", cr.Identity)
+	}
+	if out, err := arbor(acme, append([]string{"nodes"}, cluster...)...); err != nil {
+		t.Fatalf("acme's credential: arbor nodes: %v\n%s", err, out)
+	}
+	if out, err := runDev("tenant", "credential", "nobody", filepath.Join(dir, "nobody.pem")); err == nil || !strings.Contains(out, `no tenant "nobody"`) {
+		t.Errorf("credential of an unknown tenant: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nobody.pem")); !os.IsNotExist(err) {
+		t.Errorf("a refused credential was written: %v", err)
+	}
+	if out, err := arbor(tenant, append([]string{"tenant", "delete", "acme"}, cluster...)...); err == nil || !strings.Contains(out, "permission denied") {
+		t.Errorf("a tenant deleting a tenant: %v\n%s", err, out)
+	}
+	if out, err := runDev("tenant", "delete", "acme"); err != nil {
+		t.Fatalf("tenant delete: %v\n%s", err, out)
+	}
+	if out, err := runDev("tenant", "list"); err != nil || strings.Contains(out, "acme") {
+		t.Errorf("tenant list after delete: %v\n%s", err, out)
+	}
+
 	// Only nodes talk raft.
 	cc, err := grpc.NewClient(n1.Addr, c.DialOptions()...)
 	if err != nil {
