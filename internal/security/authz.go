@@ -85,8 +85,9 @@ func DefaultPolicy() Policy {
 		"InstallTLT", "UpdateTLTRows",
 		"ChangeExtentReplicas",
 		"SetDelegation", "DeleteDelegation", "SplitDelegation")
-	add("arbor.tract.v1.TractServer", ClassNode, "Replicate", "FetchTract", "SyncRow", "BlobMetas", "ListRow")
-	add("arbor.tract.v1.TractServer", ClassAdmin, "Scrub")
+	add("arbor.tract.v1.TractServer", ClassNode, "Replicate", "FetchTract", "SyncRow", "BlobMetas")
+	// ListRow lists every blob of a row: arbor blob verify calls it.
+	add("arbor.tract.v1.TractServer", ClassAdmin, "Scrub", "ListRow")
 	add("arbor.extent.v1.Extent", ClassNode, "CreateReplica")
 	add("arbor.extent.v1.Extent", ClassAdmin, "ChangeReplicas", "Recover")
 	add("arbor.meta.v1.Meta", ClassAdmin, "MoveTable", "SplitTable")
