@@ -16,6 +16,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/fs"
 	"github.com/arbor-storage/arbor/internal/meta"
 	mpb "github.com/arbor-storage/arbor/internal/meta/metapb"
+	"github.com/arbor-storage/arbor/internal/tract"
 )
 
 // The file-system commands are clients of the metadata servers (through
@@ -30,10 +31,12 @@ func dialCluster(target clusterTarget, logger *slog.Logger) (*client.Cluster, er
 	return client.Dial(client.Options{Addrs: target.Addrs, ClusterID: target.ClusterID, Credentials: target.Credentials, Logger: logger})
 }
 
-// createFS creates the file system name, or finds it if it exists. The
-// metadata client checks the name (meta.CheckFileSystemName).
-func createFS(ctx context.Context, c *client.Cluster, name string) (*dpb.FileSystem, bool, error) {
-	_, created, err := c.Meta().CreateFileSystem(ctx, name)
+// createFS creates the file system name with the given data layout (""
+// the tract store's default), or finds it if it exists. The metadata
+// client checks the name (meta.CheckFileSystemName), the metadata server
+// the layout (against the cluster's failure domains).
+func createFS(ctx context.Context, c *client.Cluster, name, layout string) (*dpb.FileSystem, bool, error) {
+	_, created, err := c.Meta().CreateFileSystemLayout(ctx, name, layout)
 	if err != nil {
 		return nil, false, fmt.Errorf("create file system %q: %w", name, err)
 	}
@@ -57,6 +60,15 @@ func (a *app) fsCommand(cmd *cobra.Command, cf *clusterFlags, fn func(ctx contex
 	return fn(ctx, c)
 }
 
+// dataLayoutName is how a file system's data layout is shown: "-" for
+// the tract store's default replication.
+func dataLayoutName(f *dpb.FileSystem) string {
+	if f.GetDataLayout() == "" {
+		return "-"
+	}
+	return f.GetDataLayout()
+}
+
 func newFSCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fs",
@@ -67,23 +79,39 @@ store. Mount one with arbor mount.`,
 	}
 	var createF, listF, deleteF clusterFlags
 	var listJSON bool
-	var deleteProgress string
+	var deleteProgress, dataLayout string
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a file system",
-		Args:  cobra.ExactArgs(1),
+		Long: `Create a file system. --data sets the layout of its files' data: each
+new file's blob is replicas:K or ec:D+P (Reed-Solomon, e.g. ec:5+2: 1.4
+bytes stored per byte, any 2 shards lost); metadata, and small files kept
+inline in it, stay replicated. A cluster whose TLT rows have fewer than
+D+P tractservers in distinct failure domains refuses ec:D+P.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Refused before reaching for the cluster.
 			if err := meta.CheckFileSystemName(args[0]); err != nil {
 				return fmt.Errorf("create file system: %w", err)
 			}
+			if dataLayout != "" {
+				l, err := tract.ParseLayout(dataLayout)
+				if err != nil {
+					return fmt.Errorf("create file system: --data: %w", err)
+				}
+				dataLayout = l.String()
+			}
 			return a.fsCommand(cmd, &createF, func(ctx context.Context, c *client.Cluster) error {
-				f, created, err := createFS(ctx, c, args[0])
+				f, created, err := createFS(ctx, c, args[0], dataLayout)
 				if err != nil {
 					return err
 				}
 				if !created {
 					return fmt.Errorf("file system %q exists (number %d)", f.GetName(), f.GetNumber())
+				}
+				if f.GetDataLayout() != "" {
+					fmt.Fprintf(a.stdout, "created file system %q (number %d, data %s)\n", f.GetName(), f.GetNumber(), f.GetDataLayout())
+					return nil
 				}
 				fmt.Fprintf(a.stdout, "created file system %q (number %d)\n", f.GetName(), f.GetNumber())
 				return nil
@@ -91,6 +119,7 @@ store. Mount one with arbor mount.`,
 		},
 	}
 	createF.register(create)
+	create.Flags().StringVar(&dataLayout, "data", "", "layout of the files' data: replicas:K or ec:D+P (default: the tract store's replication)")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the file systems",
@@ -116,10 +145,12 @@ store. Mount one with arbor mount.`,
 					Name      string   `json:"name"`
 					Created   string   `json:"created"`
 					Snapshots []string `json:"snapshots"`
+					Data      string   `json:"data"` // "": the tract store's default
 				}
 				rows := []row{}
 				for _, f := range resp.GetFileSystems() {
-					r := row{Number: f.GetNumber(), Name: f.GetName(), Created: time.UnixMilli(f.GetCreatedUnixMs()).UTC().Format(time.RFC3339), Snapshots: []string{}}
+					r := row{Number: f.GetNumber(), Name: f.GetName(), Created: time.UnixMilli(f.GetCreatedUnixMs()).UTC().Format(time.RFC3339), Snapshots: []string{},
+						Data: f.GetDataLayout()}
 					for _, s := range f.GetSnapshots() {
 						r.Snapshots = append(r.Snapshots, s.GetName())
 					}
@@ -130,9 +161,9 @@ store. Mount one with arbor mount.`,
 				return enc.Encode(rows)
 			}
 			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NUMBER\tNAME\tSNAPSHOTS\tCREATED")
+			fmt.Fprintln(w, "NUMBER\tNAME\tDATA\tSNAPSHOTS\tCREATED")
 			for _, f := range resp.GetFileSystems() {
-				fmt.Fprintf(w, "%d\t%s\t%d\t%s\n", f.GetNumber(), f.GetName(), len(f.GetSnapshots()),
+				fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\n", f.GetNumber(), f.GetName(), dataLayoutName(f), len(f.GetSnapshots()),
 					time.UnixMilli(f.GetCreatedUnixMs()).UTC().Format(time.RFC3339))
 			}
 			return w.Flush()

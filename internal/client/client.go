@@ -298,9 +298,14 @@ func (f *FS) Close(ctx context.Context) error {
 // new session: a client that asks the metadata servers for metadata and
 // reads and writes tracts itself.
 func (c *Cluster) OpenFS(ctx context.Context, rec *dpb.FileSystem, snap uint64) (*FS, error) {
-	data, err := c.fileData(ctx)
+	all, err := c.fileData(ctx)
 	if err != nil {
 		return nil, err
+	}
+	// New files' blobs get the file system's layout.
+	data, err := all.WithLayout(rec.GetDataLayout())
+	if err != nil {
+		return nil, fmt.Errorf("file system %q: %w", rec.GetName(), err)
 	}
 	if snap != 0 && !slices.ContainsFunc(rec.GetSnapshots(), func(s *dpb.Snapshot) bool { return s.GetNumber() == snap }) {
 		return nil, fmt.Errorf("file system %q has no snapshot %d", rec.GetName(), snap)

@@ -10,6 +10,12 @@ func (a *applier) createFileSystem(req *pb.CreateFileSystemRequest) *pb.CommandR
 	if err := checkFileSystemName("name", req.Name, MaxFileSystemNameBytes, "maxFileSystemNameBytes"); err != nil {
 		return failf(pb.ErrorCode_INVALID_ARGUMENT, "%v", err)
 	}
+	if req.DataLayout != "" {
+		// The metadata service parsed and checked it against the cluster.
+		if err := checkName("data_layout", req.DataLayout, maxDataLayoutBytes, "maxDataLayoutBytes"); err != nil {
+			return failf(pb.ErrorCode_INVALID_ARGUMENT, "%v", err)
+		}
+	}
 	for _, num := range sortedKeys(a.st.fileSystems) {
 		if f := a.st.fileSystems[num]; f.Name == req.Name {
 			return withPayload(failf(pb.ErrorCode_ALREADY_EXISTS, "file system %q exists (number %d)", req.Name, num), f)
@@ -21,7 +27,7 @@ func (a *applier) createFileSystem(req *pb.CreateFileSystemRequest) *pb.CommandR
 	c := a.counters()
 	num := max(c.NextFileSystem, 1)
 	c.NextFileSystem = num + 1
-	f := &pb.FileSystem{Number: num, Name: req.Name, TenantId: req.TenantId, CreatedUnixMs: a.now, NextSnapshot: 1}
+	f := &pb.FileSystem{Number: num, Name: req.Name, TenantId: req.TenantId, CreatedUnixMs: a.now, NextSnapshot: 1, DataLayout: req.DataLayout}
 	a.setCounters(c)
 	a.eff.set(fileSystemKey(num), f)
 	a.eff.then(func(s *state) { s.fileSystems[num] = f })

@@ -92,3 +92,7 @@ func HolderDeadline(sent time.Time, durationMs int64) time.Time {
 // MaxFileSystemNameBytes bounds a file system's name (the metadata service
 // checks names against it before they reach the directory).
 const MaxFileSystemNameBytes = 255
+
+// maxDataLayoutBytes bounds a file system's data layout ("ec:5+2",
+// "replicas:3"; the metadata service parses it).
+const maxDataLayoutBytes = 32

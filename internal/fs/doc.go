@@ -93,7 +93,11 @@
 // # Data (FSS §4, DESIGN §2.3)
 //
 // A regular file's bytes are tracts of its own blob (created at its first
-// flush). The block map gives each block of the file a tract; blocks are
+// flush), of the file system's data layout: the directory's file-system
+// record holds it (`arbor fs create --data ec:5+2`), and the mount's
+// TractData (WithLayout) creates every new blob with it, so a file system
+// can keep its file data erasure-coded (DESIGN §2.9) while its metadata
+// stays replicated. The block map gives each block of the file a tract; blocks are
 // small first and grow with the offset (blocks.go). A tract is written
 // once and never changed: a flush writes every changed block to new tracts
 // (allocated by the blob's atomic extend), then points the block map at

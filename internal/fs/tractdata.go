@@ -14,10 +14,17 @@ import (
 // Open blobs are kept (a tract.Blob carries the blob's incarnation and
 // known length, which every read and write sends), bounded in number.
 type TractData struct {
-	c           *tract.Client
-	tractSize   int
-	replication int
+	c         *tract.Client
+	tractSize int
+	// layout is each new blob's (replicas:0 is the tract store's default
+	// replication); a file system's own (WithLayout) for its files.
+	layout tract.Layout
 
+	*openBlobs
+}
+
+// openBlobs are the blobs a TractData and its WithLayout views keep open.
+type openBlobs struct {
 	mu    sync.Mutex
 	blobs map[GUID]*tract.Blob
 }
@@ -37,7 +44,46 @@ func NewTractData(ctx context.Context, c *tract.Client, replication int) (*Tract
 	if err != nil {
 		return nil, fmt.Errorf("fs: the tract store's tract size: %w", err)
 	}
-	return &TractData{c: c, tractSize: ts, replication: replication, blobs: map[GUID]*tract.Blob{}}, nil
+	return &TractData{c: c, tractSize: ts, layout: tract.Layout{Replicas: replication}, openBlobs: &openBlobs{blobs: map[GUID]*tract.Blob{}}}, nil
+}
+
+// CheckLayout parses a file system's data layout (replicas:K or ec:D+P,
+// tract.ParseLayout) and checks that the cluster can hold it (enough
+// failure domains for ec:D+P: tract.Client.CheckLayout); it returns the
+// layout's canonical form.
+func (d *TractData) CheckLayout(ctx context.Context, layout string) (string, error) {
+	l, err := tract.ParseLayout(layout)
+	if err != nil {
+		return "", err
+	}
+	if err := d.c.CheckLayout(ctx, l); err != nil {
+		return "", fmt.Errorf("data layout %s: %w", l, err)
+	}
+	return l.String(), nil
+}
+
+// WithLayout returns a view of d whose new blobs have the given layout
+// (a file system's data layout, as CheckLayout returned it; "" keeps d's).
+// Blobs already made keep theirs: a blob's layout is chosen at creation.
+func (d *TractData) WithLayout(layout string) (*TractData, error) {
+	if layout == "" {
+		return d, nil
+	}
+	l, err := tract.ParseLayout(layout)
+	if err != nil {
+		return nil, fmt.Errorf("fs: data layout: %w", err)
+	}
+	v := *d
+	v.layout = l
+	return &v, nil
+}
+
+// create makes blob g of n tracts with d's layout.
+func (d *TractData) create(ctx context.Context, g GUID, n uint64) (*tract.Blob, error) {
+	if d.layout.IsEC() {
+		return d.c.CreateBlobLayout(ctx, tract.GUID(g), d.layout, n)
+	}
+	return d.c.CreateBlobSized(ctx, tract.GUID(g), d.layout.Replicas, n)
 }
 
 // TractSize implements DataStore.
@@ -86,7 +132,7 @@ func (d *TractData) blob(ctx context.Context, g GUID) (*tract.Blob, error) {
 
 // CreateBlob implements DataStore.
 func (d *TractData) CreateBlob(ctx context.Context, g GUID) error {
-	b, err := d.c.CreateBlob(ctx, tract.GUID(g), d.replication)
+	b, err := d.create(ctx, g, 0)
 	if errors.Is(err, tract.ErrBlobExists) {
 		return nil
 	}
@@ -99,7 +145,7 @@ func (d *TractData) CreateBlob(ctx context.Context, g GUID) error {
 
 // CreateSized implements BlobSizer.
 func (d *TractData) CreateSized(ctx context.Context, g GUID, n uint64) (uint64, error) {
-	b, err := d.c.CreateBlobSized(ctx, tract.GUID(g), d.replication, n)
+	b, err := d.create(ctx, g, n)
 	if errors.Is(err, tract.ErrBlobExists) {
 		return d.Extend(ctx, g, n)
 	}

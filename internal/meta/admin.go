@@ -40,22 +40,39 @@ func (s *Server) tablesOf(ctx context.Context, f uint64) ([]*dpb.Delegation, err
 // CreateFileSystem creates a file system (or finds it), formats its
 // metadata and gives its first table, every directory id, to this server.
 func (s *Server) CreateFileSystem(ctx context.Context, req *pb.CreateFileSystemRequest) (*pb.FileSystemResponse, error) {
-	rec, created, err := s.createFileSystem(ctx, req.GetName())
+	rec, created, err := s.createFileSystem(ctx, req.GetName(), req.GetDataLayout())
 	if err != nil {
 		return &pb.FileSystemResponse{Error: errorToPB(err)}, nil
 	}
 	return &pb.FileSystemResponse{Number: rec.GetNumber(), Name: rec.GetName(), Created: created}, nil
 }
 
-func (s *Server) createFileSystem(ctx context.Context, name string) (*dpb.FileSystem, bool, error) {
+// layoutChecker is the data store's check of a file system's data
+// layout (fs.TractData.CheckLayout): it returns the canonical form, or
+// why the cluster cannot hold it.
+type layoutChecker interface {
+	CheckLayout(ctx context.Context, layout string) (string, error)
+}
+
+func (s *Server) createFileSystem(ctx context.Context, name, layout string) (*dpb.FileSystem, bool, error) {
 	if err := CheckFileSystemName(name); err != nil {
 		return nil, false, err
 	}
 	if !s.ready() {
 		return nil, false, errNotReady
 	}
+	if layout != "" {
+		lc, ok := s.data().(layoutChecker)
+		if !ok {
+			return nil, false, invalidf("data layout %q: this metadata server's data store has a single layout", layout)
+		}
+		var err error
+		if layout, err = lc.CheckLayout(ctx, layout); err != nil {
+			return nil, false, invalidf("%v", err)
+		}
+	}
 	created := true
-	rec, err := s.cfg.Directory.CreateFileSystem(ctx, &dpb.CreateFileSystemRequest{Name: name})
+	rec, err := s.cfg.Directory.CreateFileSystem(ctx, &dpb.CreateFileSystemRequest{Name: name, DataLayout: layout})
 	if errors.Is(err, directory.ErrAlreadyExists) {
 		created = false
 		rec, err = s.cfg.Directory.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Name: name})

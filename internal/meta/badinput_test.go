@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/arbor-storage/arbor/internal/btree/tuple"
+	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/fs"
 	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
@@ -376,6 +377,15 @@ func TestBadInput(t *testing.T) {
 			// The client library refuses it before sending.
 			_, _, err = c.client.CreateFileSystem(ctx, x.name)
 			wantInvalid.check(t, x.what+", by the client", errorToPB(err))
+		}
+		// A data layout the data store cannot give (a memory store has
+		// one) is refused, and no file system is made.
+		for _, layout := range []string{"ec:5+2", "replicas:3", "bogus"} {
+			fsr, err := s1.CreateFileSystem(ctx, &pb.CreateFileSystemRequest{Name: "layered", DataLayout: layout})
+			wantInvalid.check(t, "file system with data layout "+layout, answer(fsr.GetError(), err))
+			if _, err := c.dir.Client().GetFileSystem(ctx, &dpb.GetFileSystemRequest{Name: "layered"}); !directory.IsNotFound(err) {
+				t.Fatalf("a file system refused for its data layout %q was made: %v", layout, err)
+			}
 		}
 		// A name that is not UTF-8 cannot be marshaled: the client says so
 		// instead of gRPC's "error while marshaling".

@@ -253,11 +253,19 @@ func (c *Client) anyServer(ctx context.Context, fn func(ctx context.Context, cl 
 // CreateFileSystem creates file system name (created false: it existed)
 // and returns its number.
 func (c *Client) CreateFileSystem(ctx context.Context, name string) (number uint64, created bool, err error) {
+	return c.CreateFileSystemLayout(ctx, name, "")
+}
+
+// CreateFileSystemLayout is CreateFileSystem with the layout of the file
+// system's file data (replicas:K or ec:D+P; "" the tract store's
+// default): a layout the cluster cannot hold is refused and nothing is
+// created. A file system that exists keeps its layout.
+func (c *Client) CreateFileSystemLayout(ctx context.Context, name, layout string) (number uint64, created bool, err error) {
 	if err := CheckFileSystemName(name); err != nil {
 		return 0, false, err
 	}
 	err = c.anyServer(ctx, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
-		resp, err := cl.CreateFileSystem(ctx, &pb.CreateFileSystemRequest{Name: name})
+		resp, err := cl.CreateFileSystem(ctx, &pb.CreateFileSystemRequest{Name: name, DataLayout: layout})
 		number, created = resp.GetNumber(), resp.GetCreated()
 		return resp.GetError(), err
 	})

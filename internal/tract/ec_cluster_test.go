@@ -1,6 +1,7 @@
 package tract_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/devcluster"
+	"github.com/arbor-storage/arbor/internal/tract"
 )
 
 // startECCluster starts a dev cluster whose TLT rows have 7 slots (room
@@ -81,11 +83,16 @@ func (h *harness) liveRowsInSync() (bool, string) {
 }
 
 // TestClusterErasureCoded: on a 7-node dev cluster (7 failure domains, TLT
-// rows of 7), an ec:5+2 blob put with the CLI reads back byte-identical
-// after kill -9 of two random nodes: at once (degraded reads), after the
-// directory repaired the TLT (promoted primaries rebuilding their shard
-// 0) and once the survivors are in sync; the two come back, rebuild what
-// they missed, and `arbor blob verify` checks every stripe's parity.
+// rows of 7), an ec:5+2 blob put with the CLI, and a tree of files written
+// through a FUSE mount of an ec:5+2 file system (arbor fs create --data;
+// ec:6+2 refused), read back byte-identical after kill -9 of two random
+// nodes: at once (degraded reads), after the directory repaired the TLT
+// (promoted primaries rebuilding their shard 0) and once the survivors
+// are in sync. Between the two kills, with one node dead and no server to
+// take its slots, stripes keep being written (acknowledged with 6 of 7
+// shards) and read back. The two come back, rebuild what they missed (the
+// shards of those writes too), `arbor blob verify` checks every stripe's
+// parity and `arbor fsck` the file system.
 func TestClusterErasureCoded(t *testing.T) {
 	h := startECCluster(t, 7)
 	size := int64(40 << 20)
@@ -100,20 +107,79 @@ func TestClusterErasureCoded(t *testing.T) {
 	if b >= a {
 		b++
 	}
-	t.Logf("seed %d: killing nodes %d and %d with SIGKILL", seed, a, b)
+	// The file tree.
+	var tree map[string]string
+	if why := fuseUsable(); why != "" {
+		t.Logf("no file tree: FUSE mounts cannot run here (%s)", why)
+	} else {
+		before := h.ecStripes()
+		h.createECFS("ecfs")
+		start := time.Now()
+		m := h.mount("ecfs")
+		tree = writeECTree(h, m.dir, seed)
+		m.stop(h)
+		after := h.ecStripes()
+		t.Logf("a tree of %d files written on ec:5+2 in %v: %d stripes", len(tree), time.Since(start).Round(time.Millisecond), after-before)
+		if after-before < 20 {
+			t.Fatalf("%d new erasure-coded stripes after writing the tree; its files outside the metadata have at least 20 tracts", after-before)
+		}
+	}
+	// A blob made before the failures, written with one node dead.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	layout, err := tract.ParseLayout("ec:5+2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2 := tract.NewGUID()
+	const degradedTracts = 12
+	b2, err := h.client.CreateBlobLayout(ctx, g2, layout, degradedTracts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want2 := make([][]byte, degradedTracts)
+	t.Logf("seed %d: killing node %d with SIGKILL, writing, then node %d", seed, a, b)
 	tab, err := h.client.RefreshTLT(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := h.recoveredBytes()
 	start := time.Now()
-	for _, n := range []uint64{a, b} {
-		if err := h.c.Kill(n); err != nil {
-			t.Fatal(err)
+	if err := h.c.Kill(a); err != nil {
+		t.Fatal(err)
+	}
+	for i := range want2 {
+		want2[i] = make([]byte, 1+rng.IntN(1<<20))
+		for j := range want2[i] {
+			want2[i][j] = byte(rng.Uint32())
+		}
+		if err := b2.WriteTract(ctx, uint64(i), want2[i]); err != nil {
+			t.Fatalf("write tract %d with node %d dead: %v", i, a, err)
 		}
 	}
+	checkTracts := func(when string) {
+		t.Helper()
+		for i, w := range want2 {
+			got, err := b2.ReadTract(ctx, uint64(i))
+			if err != nil || !bytes.Equal(got, w) {
+				t.Fatalf("%s: tract %d written with a node dead: %d bytes, %v", when, i, len(got), err)
+			}
+		}
+	}
+	checkTracts("one node dead")
+	t.Logf("%d stripes written with node %d dead in %v (%d acknowledged with shards missing)", degradedTracts, a, time.Since(start).Round(time.Millisecond), h.client.DegradedWrites())
+	if h.client.DegradedWrites() == 0 {
+		t.Fatal("no stripe write was acknowledged with a shard missing")
+	}
+	if err := h.c.Kill(b); err != nil {
+		t.Fatal(err)
+	}
 	h.checkBlob(id, path)
+	checkTracts("two nodes dead")
 	t.Logf("read back byte-identical with two nodes down in %v", time.Since(start).Round(time.Millisecond))
+	if tree != nil {
+		h.checkECTree("ecfs", tree, "two nodes dead")
+	}
 	h.waitFor("the TLT repair", 90*time.Second, func() bool {
 		now, err := h.client.RefreshTLT(context.Background())
 		return err == nil && now.Version > tab.Version
@@ -127,23 +193,31 @@ func TestClusterErasureCoded(t *testing.T) {
 	}, func() string { return why })
 	t.Logf("survivors in sync %v after the kills; %d MiB rebuilt", time.Since(start).Round(time.Millisecond), (h.recoveredBytes()-before)>>20)
 	h.checkBlob(id, path)
+	checkTracts("survivors in sync")
 	// The dead come back: they get their rows back and rebuild the shards
-	// of their slots (none was written meanwhile, but promoted primaries
-	// moved shards).
-	ctx, cancel := context.WithTimeout(context.Background(), startupWait)
-	defer cancel()
+	// of their slots (those of the writes they missed, and those promoted
+	// primaries moved).
+	sctx, scancel := context.WithTimeout(context.Background(), startupWait)
+	defer scancel()
 	for _, n := range []uint64{a, b} {
-		if err := h.c.StartNode(ctx, n); err != nil {
+		if err := h.c.StartNode(sctx, n); err != nil {
 			t.Fatal(err)
 		}
 	}
 	h.waitInSync(3 * time.Minute)
-	out := h.arbor(false, "blob", "verify", "--progress=never")
-	if !strings.Contains(out, "erasure-coded stripes parity-checked") {
-		t.Fatalf("verify:\n%s", out)
-	}
+	var out string
+	h.waitForWith("verify to pass (the returned nodes' shards rebuilt)", 2*time.Minute, func() bool {
+		var err error
+		out, err = h.tryArbor("blob", "verify", "--progress=never")
+		return err == nil && strings.Contains(out, "erasure-coded stripes parity-checked")
+	}, func() string { return out })
 	t.Logf("verify: %s", strings.TrimSpace(out))
 	h.checkBlob(id, path)
+	checkTracts("after the recovery")
+	if tree != nil {
+		h.checkECTree("ecfs", tree, "after the recovery")
+		t.Logf("fsck: %s", strings.TrimSpace(h.arbor(false, "fsck", "ecfs")))
+	}
 }
 
 // TestClusterErasureCodedReplace (ARBOR_LONG): on 9 nodes, the two dead

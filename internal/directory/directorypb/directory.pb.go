@@ -1172,7 +1172,11 @@ type FileSystem struct {
 	CreatedUnixMs int64       `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
 	Snapshots     []*Snapshot `protobuf:"bytes,5,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
 	// Number the next snapshot will get; snapshot numbers are never reused.
-	NextSnapshot  uint64 `protobuf:"varint,6,opt,name=next_snapshot,json=nextSnapshot,proto3" json:"next_snapshot,omitempty"`
+	NextSnapshot uint64 `protobuf:"varint,6,opt,name=next_snapshot,json=nextSnapshot,proto3" json:"next_snapshot,omitempty"`
+	// The tract-store layout of the blobs of the file system's new files
+	// (replicas:K or ec:D+P; empty: the tract store's default replication).
+	// Metadata stays in the replicated extent store whatever it is.
+	DataLayout    string `protobuf:"bytes,7,opt,name=data_layout,json=dataLayout,proto3" json:"data_layout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1247,6 +1251,13 @@ func (x *FileSystem) GetNextSnapshot() uint64 {
 		return x.NextSnapshot
 	}
 	return 0
+}
+
+func (x *FileSystem) GetDataLayout() string {
+	if x != nil {
+		return x.DataLayout
+	}
+	return ""
 }
 
 // Lease is a named lease (Boxwood §3.3). It is held while holder_node is
@@ -2509,9 +2520,11 @@ func (x *DelegationPair) GetRight() *Delegation {
 }
 
 type CreateFileSystemRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	TenantId      uint64                 `protobuf:"varint,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	TenantId uint64                 `protobuf:"varint,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// FileSystem.data_layout, checked by the metadata service.
+	DataLayout    string `protobuf:"bytes,3,opt,name=data_layout,json=dataLayout,proto3" json:"data_layout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2558,6 +2571,13 @@ func (x *CreateFileSystemRequest) GetTenantId() uint64 {
 		return x.TenantId
 	}
 	return 0
+}
+
+func (x *CreateFileSystemRequest) GetDataLayout() string {
+	if x != nil {
+		return x.DataLayout
+	}
+	return ""
 }
 
 // DeleteFileSystemRequest is refused while tables of the file system are delegated.
@@ -5189,7 +5209,7 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\bSnapshot\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x04R\x06number\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
-	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\"\xde\x01\n" +
+	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\"\xff\x01\n" +
 	"\n" +
 	"FileSystem\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x04R\x06number\x12\x12\n" +
@@ -5197,7 +5217,9 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\ttenant_id\x18\x03 \x01(\x04R\btenantId\x12&\n" +
 	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12:\n" +
 	"\tsnapshots\x18\x05 \x03(\v2\x1c.arbor.directory.v1.SnapshotR\tsnapshots\x12#\n" +
-	"\rnext_snapshot\x18\x06 \x01(\x04R\fnextSnapshot\"\xc3\x01\n" +
+	"\rnext_snapshot\x18\x06 \x01(\x04R\fnextSnapshot\x12\x1f\n" +
+	"\vdata_layout\x18\a \x01(\tR\n" +
+	"dataLayout\"\xc3\x01\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vholder_node\x18\x02 \x01(\x04R\n" +
@@ -5284,10 +5306,12 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\tsplit_key\x18\x03 \x01(\fR\bsplitKey\"z\n" +
 	"\x0eDelegationPair\x122\n" +
 	"\x04left\x18\x01 \x01(\v2\x1e.arbor.directory.v1.DelegationR\x04left\x124\n" +
-	"\x05right\x18\x02 \x01(\v2\x1e.arbor.directory.v1.DelegationR\x05right\"J\n" +
+	"\x05right\x18\x02 \x01(\v2\x1e.arbor.directory.v1.DelegationR\x05right\"k\n" +
 	"\x17CreateFileSystemRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
-	"\ttenant_id\x18\x02 \x01(\x04R\btenantId\"1\n" +
+	"\ttenant_id\x18\x02 \x01(\x04R\btenantId\x12\x1f\n" +
+	"\vdata_layout\x18\x03 \x01(\tR\n" +
+	"dataLayout\"1\n" +
 	"\x17DeleteFileSystemRequest\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x04R\x06number\"L\n" +
 	"\x15CreateSnapshotRequest\x12\x1f\n" +

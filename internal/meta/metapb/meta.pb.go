@@ -2845,8 +2845,12 @@ func (x *SessionRequest) GetEnd() bool {
 }
 
 type CreateFileSystemRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The layout of the file system's file data (replicas:K or ec:D+P;
+	// empty: the tract store's default). Refused, creating nothing, if the
+	// cluster cannot hold it (too few failure domains for ec:D+P).
+	DataLayout    string `protobuf:"bytes,2,opt,name=data_layout,json=dataLayout,proto3" json:"data_layout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2884,6 +2888,13 @@ func (*CreateFileSystemRequest) Descriptor() ([]byte, []int) {
 func (x *CreateFileSystemRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateFileSystemRequest) GetDataLayout() string {
+	if x != nil {
+		return x.DataLayout
 	}
 	return ""
 }
@@ -4674,9 +4685,11 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x03ack\x18\x05 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\"Q\n" +
 	"\x0eSessionRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\bR\x03end\"-\n" +
+	"\x03end\x18\x02 \x01(\bR\x03end\"N\n" +
 	"\x17CreateFileSystemRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x86\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vdata_layout\x18\x02 \x01(\tR\n" +
+	"dataLayout\"\x86\x01\n" +
 	"\x12FileSystemResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x16\n" +
 	"\x06number\x18\x02 \x01(\x04R\x06number\x12\x12\n" +
