@@ -25,7 +25,7 @@ func seedCommands() []*pb.Command {
 		{Op: &pb.Command_RenewDelegations{RenewDelegations: &pb.RenewDelegationsRequest{Renewals: []*pb.RenewDelegationRequest{
 			{TableId: 1, Epoch: 1, OwnerNode: 1, LeaseDurationMs: 1000}, {TableId: 7, Epoch: 1, OwnerNode: 1, LeaseDurationMs: 1000}}}}},
 		{Op: &pb.Command_DeleteDelegation{DeleteDelegation: &pb.DeleteDelegationRequest{TableId: 1, ExpectedEpoch: 1}}},
-		{Op: &pb.Command_CreateFileSystem{CreateFileSystem: &pb.CreateFileSystemRequest{Name: "fs3", TenantId: 5}}},
+		{Op: &pb.Command_CreateFileSystem{CreateFileSystem: &pb.CreateFileSystemRequest{Name: "fs3", TenantId: 5, DataLayout: "ec:5+2"}}},
 		{Op: &pb.Command_DeleteFileSystem{DeleteFileSystem: &pb.DeleteFileSystemRequest{Number: 2}}},
 		{Op: &pb.Command_CreateSnapshot{CreateSnapshot: &pb.CreateSnapshotRequest{FileSystem: 1, Name: "s"}}},
 		{Op: &pb.Command_DeleteSnapshot{DeleteSnapshot: &pb.DeleteSnapshotRequest{FileSystem: 1, Snapshot: 1}}},

@@ -110,9 +110,10 @@
 //     writer).
 //   - Acknowledgement (issue 16's "D+1 with the rest repaired"): a write
 //     is acknowledged when every shard is durable on all its targets, or,
-//     when some shards' servers cannot be reached (down, not answering in
-//     time, or cut off from the directory: a dead member no server can
-//     replace, as on a cluster of exactly D+P failure domains), when at
+//     when some shards' servers cannot be reached (the connection
+//     refused, cut off from the directory, or not answering in time while
+//     the directory no longer holds them alive: a dead member no server
+//     can replace, as on a cluster of exactly D+P failure domains), when at
 //     least D+1 shards are durable and every other one failed only for
 //     want of its server. A shard refused by a live server fails the
 //     attempt, which is retried whole after a TLT refresh. The missing
@@ -120,8 +121,9 @@
 //     shards of every row it holds (replica rows by their catch-up, rows
 //     it leads by recheckShards), a server back from a cut-off catches up
 //     every row, a replaced one is rebuilt by its successor, and the
-//     scrubber's parity pass rewrites any shard of an older write (a
-//     timeout to a live server). Why D+1: two writes cannot both hold D+1
+//     scrubber's parity pass rewrites any shard of an older write. A
+//     timeout to a server the directory holds alive (a slow one) is not a
+//     missing server: the write is retried whole. Why D+1: two writes cannot both hold D+1
 //     of the D+P shards (for D >= P), so an acknowledged write outvotes
 //     every older one, and it survives one more lost shard.
 //   - The stripe's write (chooseWrite, one rule for reads, rebuilds,
@@ -202,9 +204,11 @@
 // replaced. Blob metadata operations (create, extend, delete) still need
 // every member of the metadata tract's row, as replicated writes do: with
 // a dead member no server can replace, they stall until it returns. A
-// shard missed for a timeout to a live server waits for the scrubber's
-// parity pass (VerifyInterval) or that server's restart; reads decode
-// around it meanwhile. A stripe whose writer died between its shard
+// shard missed while its server was out of reach but never restarted nor
+// cut off from the directory (a short partition that ended before the
+// directory declared it dead, after its node state had left ALIVE) waits
+// for the scrubber's parity pass (VerifyInterval); reads decode around it
+// meanwhile. A stripe whose writer died between its shard
 // writes may hold shards of two writes; reads pick the newest with D
 // shards or more, and if neither has D, that tract is lost: reads fail
 // (never return wrong data), verify reports it, and a rebuild skips it

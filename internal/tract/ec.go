@@ -363,7 +363,10 @@ func (b *Blob) writeStripe(ctx context.Context, info BlobInfo, i uint64, data []
 						mu.Lock()
 						errs = append(errs, fmt.Errorf("shard %d on %s: %w", j, srv, err))
 						failed[j] = true
-						missable[j] = missable[j] && unreachable(err)
+						mu.Unlock()
+						miss := b.c.unreachable(ctx, srv, err)
+						mu.Lock()
+						missable[j] = missable[j] && miss
 						mu.Unlock()
 					}
 				}()
@@ -391,21 +394,42 @@ func (b *Blob) writeStripe(ctx context.Context, info BlobInfo, i uint64, data []
 	})
 }
 
-// unreachable reports whether a shard write failed for want of its
-// server (it is down, did not answer in time, or is cut off from the
-// directory) rather than because the server refused it: only such a shard may be missing from an
-// acknowledged write.
-func unreachable(err error) bool {
+// unreachable reports whether a shard write to srv failed for want of its
+// server rather than because the server refused it: only such a shard
+// may be missing from an acknowledged write. The connection refused (the
+// server is down) or the server cut off from the directory (TLT_BEHIND:
+// it catches up every row it holds once back) qualify at once; a timeout
+// only once the directory no longer holds the node alive (a partition),
+// since an alive server that is merely slow would keep a stale shard
+// until the scrubber's parity pass.
+func (c *Client) unreachable(ctx context.Context, srv ServerID, err error) bool {
 	if te, ok := ErrorOf(err); ok {
-		// A server cut off from the directory (or behind its table)
-		// catches up every row it holds once it is back (disk.observe).
 		return te.Code == tpb.ErrorCode_TLT_BEHIND
 	}
 	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded:
+	case codes.Unavailable:
 		return true
+	case codes.DeadlineExceeded:
+		return ctx.Err() == nil && !c.nodeAlive(ctx, srv.Node)
 	}
 	return false
+}
+
+// nodeAlive reports whether the directory holds node alive (any answer
+// but a definite not-alive counts as alive).
+func (c *Client) nodeAlive(ctx context.Context, node uint64) bool {
+	lctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+	defer cancel()
+	resp, err := c.cfg.Directory.ListNodes(lctx, &dpb.ListNodesRequest{})
+	if err != nil {
+		return true
+	}
+	for _, n := range resp.GetNodes() {
+		if n.GetId() == node {
+			return n.GetState() == dpb.NodeState_NODE_STATE_ALIVE
+		}
+	}
+	return true
 }
 
 // stripeGeneration returns the highest generation of tract i's shards

@@ -102,11 +102,6 @@ func TestClusterErasureCoded(t *testing.T) {
 	id, path := h.putEC(size)
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 16))
-	a := uint64(1 + rng.IntN(7))
-	b := uint64(1 + rng.IntN(6))
-	if b >= a {
-		b++
-	}
 	// The file tree.
 	var tree map[string]string
 	if why := fuseUsable(); why != "" {
@@ -124,6 +119,10 @@ func TestClusterErasureCoded(t *testing.T) {
 			t.Fatalf("%d new erasure-coded stripes after writing the tree; its files outside the metadata have at least 20 tracts", after-before)
 		}
 	}
+	// Any two nodes for the blobs; for the file tree, two that hold no
+	// metadata extent together (its extents have 3 replicas: one lost of
+	// each is what the replicated metadata tolerates).
+	a, b := h.killPair(rng, tree != nil)
 	// A blob made before the failures, written with one node dead.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

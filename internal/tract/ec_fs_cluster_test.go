@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -120,6 +121,37 @@ func (m *ecMount) stop(h *harness) {
 		h.t.Errorf("arbor mount %s did not stop in 2 minutes\n%s", m.dir, m.out.String())
 	}
 	m.cmd = nil
+}
+
+// killPair draws two distinct nodes of the 7; with metadata, two that
+// are not both replicas of one extent (arbor extent list).
+func (h *harness) killPair(rng *rand.Rand, metadata bool) (uint64, uint64) {
+	h.t.Helper()
+	var extents []struct {
+		Replicas []uint64 `json:"replicas"`
+	}
+	if metadata {
+		if err := json.Unmarshal([]byte(h.arbor(false, "extent", "list", "--json")), &extents); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	for range 1000 {
+		a, b := uint64(1+rng.IntN(7)), uint64(1+rng.IntN(7))
+		if a == b {
+			continue
+		}
+		shared := false
+		for _, e := range extents {
+			if slices.Contains(e.Replicas, a) && slices.Contains(e.Replicas, b) {
+				shared = true
+			}
+		}
+		if !shared {
+			return a, b
+		}
+	}
+	h.t.Fatalf("no two nodes of 7 hold no extent together: %+v", extents)
+	return 0, 0
 }
 
 // tryArbor runs an arbor command and returns its output and exit error.

@@ -338,6 +338,9 @@ func (d *disk) decodeShard(ctx context.Context, k tractKey, row Row, e ECLayout,
 			errs = append(errs, fmt.Errorf("shard %d from %s: %w", i, h.server, err))
 			continue
 		}
+		if data == nil {
+			data = []byte{} // a shard of an empty tract: present, not missing
+		}
 		shards[i] = data
 		desc = h.meta.Shard
 		got++
