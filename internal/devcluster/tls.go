@@ -79,6 +79,21 @@ func ensureTLS(dir string, l *layout, now time.Time) error {
 	return nil
 }
 
+// NodeTLSArgs are the `arbor server` flags that give node id the
+// cluster's credentials (--insecure for an insecure cluster), for a server
+// a test starts by hand next to the cluster's own: its certificate
+// (DIR/tls/node-ID.*) is made if missing.
+func (c *Cluster) NodeTLSArgs(id uint64) ([]string, error) {
+	if c.opts.Insecure {
+		return []string{"--insecure"}, nil
+	}
+	l := &layout{ClusterID: c.ClusterID(), Nodes: []nodeLayout{{ID: id}}}
+	if err := ensureTLS(c.dir, l, time.Now()); err != nil {
+		return nil, err
+	}
+	return c.tlsArgs(id), nil
+}
+
 // tlsArgs are the `arbor server` flags of node id's credentials.
 func (c *Cluster) tlsArgs(id uint64) []string {
 	if c.opts.Insecure {

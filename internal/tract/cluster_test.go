@@ -670,6 +670,11 @@ func (h *harness) startExtraNode(id uint64) {
 	args := append([]string{"server", "--node-id=" + strconv.FormatUint(id, 10), "--cluster-id=" + h.c.ClusterID(),
 		"--data-dir=" + dataDir, "--listen=127.0.0.1:0", "--http=127.0.0.1:0", fmt.Sprintf("--domain=dev-%d", id),
 		"--roles=storage", "--directory-peers=" + strings.Join(peers, ",")}, serverArgs...)
+	tlsArgs, err := h.c.NodeTLSArgs(id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	args = append(args, tlsArgs...)
 	log, err := os.Create(filepath.Join(dataDir, devcluster.LogFileName))
 	if err != nil {
 		h.t.Fatal(err)
