@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	arborfs "github.com/arbor-storage/arbor/internal/fs"
 )
 
 // The file-system part of the erasure-coded cluster test: a file system
@@ -161,10 +163,27 @@ func (h *harness) tryArbor(args ...string) (string, error) {
 	return string(out), err
 }
 
-// ecTreeSizes are the sizes of the tree's files with 1 MiB tracts (one
-// stripe each): empty, inline-sized (kept in the metadata), partial
-// stripes, whole stripes and several stripes with a partial last one.
+// ecTreeSizes are the sizes of the tree's files (with the short runs' 1
+// MiB tracts, one stripe each): empty, inline-sized (kept in the
+// metadata), partial stripes, whole stripes and several stripes with a
+// partial last one.
 var ecTreeSizes = []int{0, 1, 3000, 3584, 3585, 70 << 10, 1 << 20, 1<<20 + 7, 5<<20 + 12345, 9 << 20}
+
+// ecTreeTracts is the least number of tracts the tree's files outside the
+// metadata take (more if their blocks start small).
+func ecTreeTracts() int {
+	ts := 1 << 20 // clusterTractEnv
+	if long() {
+		ts = 4 << 20
+	}
+	n := 0
+	for _, size := range ecTreeSizes {
+		if size > arborfs.MaxInlineBytes {
+			n += (size + ts - 1) / ts
+		}
+	}
+	return n
+}
 
 // writeECTree writes a tree of files under dir: the sizes above, in two
 // directories, one of them written by appends of odd sizes (partial
