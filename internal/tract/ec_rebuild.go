@@ -394,23 +394,39 @@ func (d *disk) fetchShard(ctx context.Context, k tractKey, row Row, h shardHolde
 		}
 		return d.store.ReadData(k, cur)
 	}
-	c, err := d.svc.peer(ctx, h.server)
-	if err != nil {
-		return nil, err
-	}
-	fctx, cancel := context.WithTimeout(ctx, d.svc.cfg.RPCTimeout)
-	defer cancel()
-	resp, err := c.ReadShard(fctx, &tpb.ReadShardRequest{Disk: h.server.Disk, Guid: k.guid[:], Tract: k.tract, RowVersion: row.Version, Incarnation: h.meta.Incarnation})
+	resp, err := d.readPeerShard(ctx, h.server, k, row, h.meta.Incarnation, false)
 	if err != nil {
 		return nil, err
 	}
 	if !resp.Found || !stampEqual(resp.Meta.GetStamp(), h.meta.Stamp) {
 		return nil, errShardChanged
 	}
-	if len(resp.Data) != int(resp.Meta.Length) || Checksum(resp.Data) != resp.Meta.Crc32C {
-		return nil, fmt.Errorf("shard does not match its record (in transit)")
-	}
 	return resp.Data, nil
+}
+
+// readPeerShard reads srv's shard of tract k (only its record, with
+// metaOnly) and checks the data against the record; Found is false when
+// srv holds no shard of k. It is the one remote shard read of the rebuild,
+// the repair and the scrubber.
+func (d *disk) readPeerShard(ctx context.Context, srv ServerID, k tractKey, row Row, incarnation uint64, metaOnly bool) (*tpb.ReadTractResponse, error) {
+	c, err := d.svc.peer(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, d.svc.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := c.ReadShard(rctx, &tpb.ReadShardRequest{Disk: srv.Disk, Guid: k.guid[:], Tract: k.tract, RowVersion: row.Version,
+		Incarnation: incarnation, MetaOnly: metaOnly})
+	if err != nil {
+		return nil, fromWire(err)
+	}
+	if !resp.Found || resp.Meta.GetShard() == nil {
+		return &tpb.ReadTractResponse{}, nil
+	}
+	if !metaOnly && (len(resp.Data) != int(resp.Meta.Length) || Checksum(resp.Data) != resp.Meta.Crc32C) {
+		return nil, errorf(tpb.ErrorCode_CORRUPT, "shard from %s does not match its record (in transit)", srv)
+	}
+	return resp, nil
 }
 
 // repairShard replaces this server's corrupt shard of tract k by decoding
@@ -428,14 +444,7 @@ func (d *disk) repairShard(ctx context.Context, k tractKey, own *tpb.TractMeta) 
 	}
 	var holders []shardHolder
 	for _, m := range rowMembers(row, d.id) {
-		c, err := d.svc.peer(ctx, m)
-		if err != nil {
-			continue
-		}
-		fctx, cancel := context.WithTimeout(ctx, d.svc.cfg.RPCTimeout)
-		resp, err := c.ReadShard(fctx, &tpb.ReadShardRequest{Disk: m.Disk, Guid: k.guid[:], Tract: k.tract, RowVersion: row.Version, MetaOnly: true})
-		cancel()
-		if err == nil && resp.Found && resp.Meta.GetShard() != nil {
+		if resp, err := d.readPeerShard(ctx, m, k, row, 0, true); err == nil && resp.Found {
 			holders = append(holders, shardHolder{server: m, meta: resp.Meta})
 		}
 	}
@@ -608,21 +617,11 @@ func (d *disk) readSlotShard(ctx context.Context, k tractKey, row Row, j int) sh
 		r.found, r.meta, r.data = true, m, data
 		return r
 	}
-	c, err := d.svc.peer(ctx, srv)
+	resp, err := d.readPeerShard(ctx, srv, k, row, 0, false)
 	if err != nil {
 		r.err = err
 		return r
 	}
-	fctx, cancel := context.WithTimeout(ctx, d.svc.cfg.RPCTimeout)
-	defer cancel()
-	resp, err := c.ReadShard(fctx, &tpb.ReadShardRequest{Disk: srv.Disk, Guid: k.guid[:], Tract: k.tract, RowVersion: row.Version})
-	if err != nil {
-		r.err = fromWire(err)
-		return r
-	}
-	r.found, r.meta, r.data = resp.Found && resp.Meta.GetShard() != nil, resp.Meta, resp.Data
-	if r.found && (len(r.data) != int(r.meta.Length) || Checksum(r.data) != r.meta.Crc32C) {
-		r.found, r.err = false, errorf(tpb.ErrorCode_CORRUPT, "shard from %s does not match its record (in transit)", srv)
-	}
+	r.found, r.meta, r.data = resp.Found, resp.Meta, resp.Data
 	return r
 }
