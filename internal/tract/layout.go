@@ -344,17 +344,98 @@ type RepairInput struct {
 	InSync func(row int, s ServerID) bool
 }
 
+// WaitingRow is a row that has dead members but that PlanRepair leaves
+// alone: no live member holds a complete copy of it, so the only complete
+// copies are on dead servers (For). A kill is not a lost disk (FDS §3.2
+// declares a tract lost only when every replica's disk is gone): the row
+// waits, unwritable and perhaps unreadable, for one of them to return,
+// rather than make an incomplete member its truth and lose what the dead
+// ones hold.
+type WaitingRow struct {
+	Row     int
+	Version uint64
+	// For are the row's dead members, one of which holds the only complete
+	// copy (which one is not known while they are down).
+	For []ServerID
+}
+
+func (w WaitingRow) String() string {
+	return fmt.Sprintf("row %d (version %d) waits for %v: the only complete copy is on a dead member", w.Row, w.Version, w.For)
+}
+
+// waits reports whether row ri (its dead pending entries not yet
+// expunged) must wait for a dead member, and which are dead. With InSync
+// known, the row waits unless a live member is complete and, when the
+// primary is dead, a live slot member or the primary slot's pending entry
+// is complete to take its place. Without InSync, only a row with no live
+// member at all waits.
+func (in RepairInput) waits(ri int, row Row) (dead []ServerID, wait bool) {
+	liveComplete, primaryHeir, anyLive := false, false, false
+	for i, s := range row.Slots {
+		if !in.Live(s) {
+			dead = append(dead, s)
+			continue
+		}
+		anyLive = true
+		if in.InSync != nil && in.InSync(ri, s) {
+			liveComplete = true
+			if i > 0 {
+				primaryHeir = true
+			}
+		}
+	}
+	for _, pe := range row.Pending {
+		if !in.Live(pe.Server) {
+			continue
+		}
+		anyLive = true
+		if in.InSync != nil && in.InSync(ri, pe.Server) {
+			liveComplete = true
+			if pe.Slot == 0 {
+				primaryHeir = true
+			}
+		}
+	}
+	if len(dead) == 0 {
+		return nil, false
+	}
+	if !anyLive {
+		return dead, true
+	}
+	if in.InSync == nil {
+		return dead, false
+	}
+	if !in.Live(row.Slots[0]) {
+		return dead, !primaryHeir
+	}
+	return dead, !liveComplete
+}
+
+// RowsWaiting lists the rows PlanRepair leaves alone because only dead
+// members may hold a complete copy of them (see WaitingRow).
+func RowsWaiting(in RepairInput) []WaitingRow {
+	var out []WaitingRow
+	for ri, row := range in.Table.Rows {
+		if dead, wait := in.waits(ri, row); wait {
+			out = append(out, WaitingRow{Row: ri, Version: row.Version, For: dead})
+		}
+	}
+	return out
+}
+
 // PlanRepair returns the row changes that take dead servers out of the
 // table (FDS §3.2): pending entries of dead servers are expunged (§3.4); a
 // dead slot is taken by its pending entry if it has one, else by a server
 // chosen like BuildTable's extras (least loaded for its weight, in a new
 // failure domain for the row, not busy with pending entries if possible).
-// A dead primary is replaced by promoting a surviving member (one in sync
-// first, then the lowest slot), whose slot is then refilled: the primary
-// must hold every tract of the row, and a survivor does. Every changed row
-// gets a new version from the directory. A row none of whose members
-// survive is refilled too (its data is lost). A slot that no server can
-// take keeps its dead server and the row is reported in Why.
+// A dead primary is replaced by promoting a complete surviving member (or
+// the primary slot's complete pending entry), whose slot is then
+// refilled: the primary must hold every tract of the row. Every changed
+// row gets a new version from the directory. A row none of whose live
+// members is complete (or none of whose members is live) is left alone
+// until a dead member returns (RowsWaiting): replacing its dead members
+// would lose the tracts only they hold. A slot that no server can take
+// keeps its dead server and the row is reported in Why.
 func PlanRepair(in RepairInput, opts LayoutOptions) []RowChange {
 	t := in.Table
 	p := newPlanner(in.Eligible, len(t.Rows)*t.Replication, opts)
@@ -376,6 +457,9 @@ func PlanRepair(in RepairInput, opts LayoutOptions) []RowChange {
 	}
 	var changes []RowChange
 	for ri, old := range t.Rows {
+		if _, wait := in.waits(ri, old); wait {
+			continue
+		}
 		row := old.clone()
 		var why []string
 		// Expunge the pending entries of dead servers.
@@ -404,7 +488,7 @@ func PlanRepair(in RepairInput, opts LayoutOptions) []RowChange {
 				row.Slots[0], row.Slots[j] = row.Slots[j], row.Slots[0]
 				delete(dead, 0)
 				dead[j] = true
-			} else if pi := pendingFor(row, 0); pi >= 0 {
+			} else if pi := pendingFor(row, 0); pi >= 0 && (in.InSync == nil || in.InSync(ri, row.Pending[pi].Server)) {
 				why = append(why, fmt.Sprintf("pending %s takes the primary slot", row.Pending[pi].Server))
 				row.Slots[0] = row.Pending[pi].Server
 				row.Pending = slices.Delete(row.Pending, pi, pi+1)
@@ -465,7 +549,9 @@ func promotion(row Row, ri int, dead map[int]bool, inSync func(int, ServerID) bo
 			return j, true
 		}
 	}
-	return first, first >= 0
+	// With InSync known, an incomplete member never becomes the row's
+	// truth.
+	return first, first >= 0 && inSync == nil
 }
 
 func pendingFor(row Row, slot int) int {

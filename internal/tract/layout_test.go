@@ -420,7 +420,6 @@ func TestLayoutScenarios(t *testing.T) {
 		var servers []ServerInfo
 		var tab *Table
 		var dead []ServerID
-		inSync := map[rowServer]bool{}
 		seed := uint64(0)
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			seed++
@@ -445,8 +444,9 @@ func TestLayoutScenarios(t *testing.T) {
 					dead = append(dead, parseServer(t, f))
 				}
 				live, eligible := aliveExcept(servers, dead...)
+				// Every survivor is complete.
 				changes := PlanRepair(RepairInput{Table: tab, Live: live, Eligible: eligible,
-					InSync: func(r int, s ServerID) bool { return inSync[rowServer{r, s}] }}, LayoutOptions{Seed: seed})
+					InSync: func(int, ServerID) bool { return true }}, LayoutOptions{Seed: seed})
 				tab = ApplyChanges(tab, changes, tab.Version+1)
 				return showChanges(changes) + showTable(tab, eligible)
 			case "add", "grow":
@@ -570,5 +570,70 @@ func TestGrowthSettlesWhenOldHoldersKeepData(t *testing.T) {
 			t.Fatalf("seed %d: growth and commit still change the table after 200 rounds", seed)
 		}
 		checkTable(t, tab, servers, false)
+	}
+}
+
+// TestPlanRepairWaitsForTheOnlyCompleteCopy: a row whose live members are
+// all incomplete (new members still catching up) is not repaired while a
+// dead member may hold its only complete copy, nor is a row with no live
+// member; an incomplete member never becomes primary (issue 13).
+func TestPlanRepairWaitsForTheOnlyCompleteCopy(t *testing.T) {
+	a, b, c, d, e, n := ServerID{Node: 1}, ServerID{Node: 2}, ServerID{Node: 3}, ServerID{Node: 4}, ServerID{Node: 5}, ServerID{Node: 6}
+	servers := []ServerInfo{{ID: a, Domain: "a"}, {ID: b, Domain: "b"}, {ID: c, Domain: "c"}, {ID: d, Domain: "d"}, {ID: e, Domain: "e"}, {ID: n, Domain: "n"}}
+	deadSet := map[ServerID]bool{c: true, a: true, b: true}
+	live := func(s ServerID) bool { return !deadSet[s] }
+	var eligible []ServerInfo
+	for _, s := range servers {
+		if live(s.ID) {
+			eligible = append(eligible, s)
+		}
+	}
+	complete := map[ServerID]bool{}
+	inSync := func(_ int, s ServerID) bool { return complete[s] }
+	tab := &Table{Version: 6, Replication: 3, Rows: []Row{
+		{Version: 6, Slots: []ServerID{c, d, e}},                                           // primary dead, survivors catching up
+		{Version: 6, Slots: []ServerID{d, c, e}},                                           // replica dead, live primary incomplete
+		{Version: 6, Slots: []ServerID{a, b, c}},                                           // every member dead
+		{Version: 6, Slots: []ServerID{c, d, e}, Pending: []Pending{{Slot: 0, Server: n}}}, // pending heir incomplete
+	}}
+	in := RepairInput{Table: tab, Live: live, Eligible: eligible, InSync: inSync}
+	if changes := PlanRepair(in, LayoutOptions{}); len(changes) != 0 {
+		t.Fatalf("changes %+v: want every row to wait", changes)
+	}
+	w := RowsWaiting(in)
+	if len(w) != 4 || !slices.Equal(w[0].For, []ServerID{c}) || !slices.Equal(w[2].For, []ServerID{a, b, c}) {
+		t.Fatalf("waiting %v", w)
+	}
+	// Without InSync only the row with no live member waits.
+	if w := RowsWaiting(RepairInput{Table: tab, Live: live, Eligible: eligible}); len(w) != 1 || w[0].Row != 2 {
+		t.Fatalf("waiting without InSync: %v", w)
+	}
+	// Once e is complete: e is promoted in rows 0 and 3, and row 1
+	// replaces its dead replica under d.
+	complete[n], complete[e] = true, true
+	changes := PlanRepair(in, LayoutOptions{})
+	got := map[int]RowChange{}
+	for _, ch := range changes {
+		got[ch.Row] = ch
+	}
+	if len(changes) != 3 || got[0].Slots[0] != e || got[1].Slots[0] != d || got[3].Slots[0] != e {
+		t.Fatalf("changes %+v: want e promoted in rows 0 and 3, row 1 repaired under d", changes)
+	}
+	if _, ok := got[2]; ok {
+		t.Fatal("a row with no live member was repaired")
+	}
+	// Only the primary slot's pending entry is complete: it takes the slot.
+	complete = map[ServerID]bool{n: true}
+	tab.Rows = []Row{{Version: 6, Slots: []ServerID{c, d, e}, Pending: []Pending{{Slot: 0, Server: n}}}}
+	if changes := PlanRepair(in, LayoutOptions{}); len(changes) != 1 || changes[0].Slots[0] != n || len(changes[0].Pending) != 0 {
+		t.Fatalf("changes %+v: want the complete pending entry to take the primary slot", changes)
+	}
+	// A complete slot member but an incomplete one in a lower slot: the
+	// complete one is promoted, never the first survivor.
+	complete = map[ServerID]bool{e: true}
+	tab.Rows = []Row{{Version: 6, Slots: []ServerID{c, d, e}}}
+	changes = PlanRepair(in, LayoutOptions{})
+	if len(changes) != 1 || changes[0].Slots[0] != e {
+		t.Fatalf("changes %+v: want e promoted", changes)
 	}
 }

@@ -71,6 +71,11 @@ type Manager struct {
 	recovering  bool
 	recoverFrom time.Time
 	lastReport  Recovery
+	// Rows left alone for a dead member with the only complete copy, as
+	// of the last step (decided afresh each step from what the
+	// tractservers report, so a new leader's manager sees the same).
+	waiting    []WaitingRow
+	waitingKey string
 }
 
 // Recovery summarises the catch-up work the manager sees.
@@ -153,6 +158,34 @@ func (m *Manager) LastRecovery() Recovery {
 	return m.lastReport
 }
 
+// Waiting returns the rows the last step left waiting for a dead member
+// that may hold their only complete copy.
+func (m *Manager) Waiting() []WaitingRow {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.waiting)
+}
+
+// noteWaiting records the waiting rows and logs when the set changes.
+func (m *Manager) noteWaiting(w []WaitingRow) {
+	key := fmt.Sprint(w)
+	m.mu.Lock()
+	changed := key != m.waitingKey
+	m.waiting, m.waitingKey = w, key
+	m.mu.Unlock()
+	if !changed {
+		return
+	}
+	if len(w) == 0 {
+		m.log.Info("no TLT row waits for a dead member any more")
+		return
+	}
+	for _, r := range w {
+		m.log.Warn("TLT row waits for a dead member: the only complete copy is on one of them; the row is not repaired until one returns",
+			"row", r.Row, "version", r.Version, "waiting_for", fmt.Sprint(r.For))
+	}
+}
+
 // server is one tractserver as the directory sees it.
 type serverState struct {
 	info  ServerInfo
@@ -194,6 +227,7 @@ func (m *Manager) Step(ctx context.Context) error {
 	if !dir.IsLeader() {
 		m.mu.Lock()
 		m.stableSet, m.firstAlive = "", map[ServerID]time.Time{}
+		m.waiting, m.waitingKey = nil, ""
 		m.mu.Unlock()
 		return nil
 	}
@@ -240,9 +274,18 @@ func (m *Manager) Step(ctx context.Context) error {
 	live := func(s ServerID) bool { return states[s].live }
 	sync := m.pollSync(ctx, t, states)
 	inSync := func(row int, s ServerID) bool { return sync.inSync[rowServer{row, s}] }
-	complete := func(row int, s ServerID) bool { return sync.readable[rowServer{row, s}] }
+	// Complete: holds every tract of the row, as its tractserver reports
+	// (so a new directory leader's manager judges the same), or a member
+	// of a row unchanged since the table was installed (every write in it
+	// needed every member's acknowledgement).
+	complete := func(row int, s ServerID) bool {
+		return t.Rows[row].Version == initialRowVersion || sync.readable[rowServer{row, s}] || sync.primary[rowServer{row, s}]
+	}
 	opts := LayoutOptions{Seed: m.seed(t.Version), MinRows: m.cfg.MinRows, AllowSharedDomains: distinctDomains(eligible) < t.Replication}
-	if changes := PlanRepair(RepairInput{Table: t, Live: live, Eligible: eligible, InSync: complete}, opts); len(changes) > 0 {
+	repair := RepairInput{Table: t, Live: live, Eligible: eligible, InSync: complete}
+	waiting := RowsWaiting(repair)
+	m.noteWaiting(waiting)
+	if changes := PlanRepair(repair, opts); len(changes) > 0 {
 		return m.apply(ctx, "repair", changes)
 	}
 	if changes := PlanCommit(t, inSync); len(changes) > 0 {
@@ -269,6 +312,11 @@ func (m *Manager) Step(ctx context.Context) error {
 	}
 	changes := PlanGrowth(GrowthInput{Table: t, Servers: eligible, Newcomers: newcomers,
 		HasData: func(row int, s ServerID) bool { return hasData[rowServer{row, s}] }, InSync: inSync}, opts)
+	// A waiting row gets no new member: there is no complete copy to
+	// give it.
+	changes = slices.DeleteFunc(changes, func(c RowChange) bool {
+		return slices.ContainsFunc(waiting, func(w WaitingRow) bool { return w.Row == c.Row })
+	})
 	if len(changes) == 0 {
 		return nil
 	}
@@ -353,7 +401,13 @@ type syncView struct {
 	inSync map[rowServer]bool
 	// readable: holds every tract of its slot (in sync, or a continuous
 	// member catching up a new version).
-	readable    map[rowServer]bool
+	readable map[rowServer]bool
+	// primary: leads the row at its current version. A server takes the
+	// primary slot only complete (a row's first members, a complete
+	// replica promoted, a pending entry committed once in sync), so it
+	// holds the row's tracts even while it pulls those of
+	// lower-replication blobs from the other members.
+	primary     map[rowServer]bool
 	unreachable int
 	tracts      uint64
 	bytes       uint64
@@ -369,7 +423,7 @@ func (m *Manager) pollSync(ctx context.Context, t *Table, states map[ServerID]se
 			nodes[s.Node] = st.node.Address
 		}
 	}
-	v := syncView{inSync: map[rowServer]bool{}, readable: map[rowServer]bool{}}
+	v := syncView{inSync: map[rowServer]bool{}, readable: map[rowServer]bool{}, primary: map[rowServer]bool{}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for id, addr := range nodes {
@@ -392,6 +446,7 @@ func (m *Manager) pollSync(ctx context.Context, t *Table, states map[ServerID]se
 					if int(r.Row) < len(t.Rows) && r.Version == t.Rows[r.Row].Version {
 						v.inSync[rowServer{int(r.Row), s}] = r.InSync
 						v.readable[rowServer{int(r.Row), s}] = r.Readable
+						v.primary[rowServer{int(r.Row), s}] = r.Role == tpb.RowRole_ROW_ROLE_PRIMARY
 					}
 				}
 			}
