@@ -88,6 +88,28 @@ func (r *run) cliCheck(ctx context.Context, cycle int, name string, args ...stri
 	}
 	r.sum.check(name, false, time.Since(start))
 	r.sum.fail(cycle, "check", fmt.Sprintf("%s still fails after %v: %v", name, time.Since(start).Round(time.Second), last))
+	// A file's block whose tract holds fewer bytes than it says is
+	// acknowledged data gone, even while a mount's tract cache still
+	// serves it (issue 13): count it as lost, not only as a failed check.
+	if name == "fsck" {
+		for _, l := range fsckLosses(last.Error()) {
+			r.sum.lose(cycle, "file", "fsck: "+l)
+		}
+	}
+}
+
+// fsckLosses picks from fsck's output the findings that mean acknowledged
+// file data is gone: a tract shorter than its block, or a blob missing
+// under referenced tracts.
+func fsckLosses(out string) []string {
+	var lost []string
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.Contains(line, "; its block says ") || (strings.Contains(line, "is missing; ") && strings.Contains(line, "tracts of it are referenced")) {
+			lost = append(lost, line)
+		}
+	}
+	return lost
 }
 
 // diskFullIssue explains a node that exits when its disk is full (the
