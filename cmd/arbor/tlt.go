@@ -124,6 +124,9 @@ func writeTLT(w io.Writer, v TLTView, rows bool) error {
 	} else {
 		fmt.Fprintf(w, "%d rows catching up (%s copied so far)\n\n", v.RowsCatchingUp, humanBytes(int64(v.RecoveredBytes)))
 	}
+	if v.RowsWaiting > 0 {
+		fmt.Fprintf(w, "%d rows wait for a dead member that holds their only complete copy: they are not repaired, and not writable, until it returns\n\n", v.RowsWaiting)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVER\tADDRESS\tDOMAIN\tSTATE\tSLOTS\tPRIMARY\tPENDING\tTRACTS\tBYTES\tCATCHING UP")
 	for _, s := range v.Servers {
@@ -151,6 +154,9 @@ func writeTLT(w io.Writer, v TLTView, rows bool) error {
 		sync := "ok"
 		if len(r.Behind) > 0 {
 			sync = "catching up: " + strings.Join(r.Behind, ", ")
+		}
+		if len(r.WaitingFor) > 0 {
+			sync = "waiting for " + strings.Join(r.WaitingFor, " or ") + ": the only complete copy; " + sync
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\n", r.Row, r.Version, r.Slots[0], strings.Join(r.Slots[1:], " "), pending, sync)
 	}

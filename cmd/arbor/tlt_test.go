@@ -57,6 +57,39 @@ func TestTLTGolden(t *testing.T) {
 	checkGolden(t, "tlt_recovering.json", js.Bytes())
 }
 
+// TestTLTWaiting: a row whose dead member holds the only complete copy
+// (its live members still catching up) says so, and is counted.
+func TestTLTWaiting(t *testing.T) {
+	s := func(n uint64) tract.ServerID { return tract.ServerID{Node: n} }
+	tab := &tract.Table{Version: 9, TractSize: 4 << 20, Replication: 3, Rows: []tract.Row{
+		{Version: 9, Slots: []tract.ServerID{s(3), s(1), s(2)}},
+		{Version: 9, Slots: []tract.ServerID{s(1), s(2), s(3)}},
+	}}
+	nodes := map[uint64]*dpb.Node{}
+	for i := uint64(1); i <= 3; i++ {
+		nodes[i] = &dpb.Node{Id: i, Address: "127.0.0.1:700" + string(rune('0'+i)), FailureDomain: "dev-" + string(rune('0'+i)), State: dpb.NodeState_NODE_STATE_ALIVE}
+	}
+	nodes[3].State = dpb.NodeState_NODE_STATE_DEAD
+	R, P := tpb.RowRole_ROW_ROLE_REPLICA, tpb.RowRole_ROW_ROLE_PRIMARY
+	statuses := map[uint64]*tpb.StatusResponse{
+		1: {Disks: []*tpb.DiskStatus{{Rows: []*tpb.RowStatus{{Row: 0, Version: 9, Role: R, Slot: 1}, {Row: 1, Version: 9, Role: P, InSync: true, Readable: true}}}}},
+		2: {Disks: []*tpb.DiskStatus{{Rows: []*tpb.RowStatus{{Row: 0, Version: 9, Role: R, Slot: 2}, {Row: 1, Version: 9, Role: R, Slot: 1, InSync: true, Readable: true}}}}},
+	}
+	v := buildTLTView(tab, nodes, statuses, map[uint64]error{3: errors.New("connection refused")})
+	if v.RowsWaiting != 1 || len(v.Rows[0].WaitingFor) != 1 || v.Rows[0].WaitingFor[0] != "3/0" || len(v.Rows[1].WaitingFor) != 0 {
+		t.Fatalf("waiting: %d rows, %+v", v.RowsWaiting, v.Rows)
+	}
+	var text bytes.Buffer
+	if err := writeTLT(&text, v, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"1 rows wait for a dead member", "waiting for 3/0: the only complete copy"} {
+		if !strings.Contains(text.String(), want) {
+			t.Fatalf("arbor tlt says\n%s\nwithout %q", text.String(), want)
+		}
+	}
+}
+
 func TestProgressLine(t *testing.T) {
 	var out bytes.Buffer
 	p := newProgress(&out, "always", "put", 100<<20, true)

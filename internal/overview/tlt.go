@@ -31,6 +31,9 @@ type TLTView struct {
 	// RecoveredBytes is the total copied by catch-ups on the nodes that
 	// answered, since they started.
 	RecoveredBytes uint64 `json:"recovered_bytes"`
+	// RowsWaiting counts rows the TLT manager leaves alone until a dead
+	// member returns: no live member holds a complete copy.
+	RowsWaiting int `json:"rows_waiting"`
 }
 
 // ServerView is one tractserver (one disk of a node).
@@ -56,6 +59,9 @@ type RowView struct {
 	Pending []string `json:"pending"`
 	// Behind lists members not in sync, with their catch-up progress.
 	Behind []string `json:"behind"`
+	// WaitingFor lists the dead members one of which holds the row's only
+	// complete copy (tract.RowsWaiting); empty unless the row waits.
+	WaitingFor []string `json:"waiting_for,omitempty"`
 }
 
 // FetchTLT reads the current table from the directory and asks every
@@ -178,6 +184,17 @@ func BuildTLT(t *tract.Table, nodes map[uint64]*dpb.Node, statuses map[uint64]*t
 			v.RowsCatchingUp++
 		}
 		v.Rows = append(v.Rows, rv)
+	}
+	live := func(s tract.ServerID) bool {
+		n := nodes[s.Node]
+		return n != nil && (n.State == dpb.NodeState_NODE_STATE_ALIVE || n.State == dpb.NodeState_NODE_STATE_SUSPECT)
+	}
+	complete := func(ri int, s tract.ServerID) bool { return tract.MemberComplete(t.Rows[ri], rowStatus[key{ri, s}]) }
+	for _, w := range tract.RowsWaiting(tract.RepairInput{Table: t, Live: live, InSync: complete}) {
+		for _, s := range w.For {
+			v.Rows[w.Row].WaitingFor = append(v.Rows[w.Row].WaitingFor, s.String())
+		}
+		v.RowsWaiting++
 	}
 	ids := make([]tract.ServerID, 0, len(servers))
 	for s := range servers {

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+
+	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
 )
 
 // This file is the deterministic core of TLT management (FDS §3.2-§3.4):
@@ -409,6 +411,23 @@ func (in RepairInput) waits(ri int, row Row) (dead []ServerID, wait bool) {
 		return dead, !primaryHeir
 	}
 	return dead, !liveComplete
+}
+
+// MemberComplete reports whether a member of row, whose tractserver
+// reported st for it (nil: no report), holds every tract of the row: a
+// row unchanged since the table was installed (every write in it needed
+// every member's acknowledgement); a member reporting the row's version
+// readable; or its primary at that version, as a server takes the primary
+// slot only complete (a row's first member, a complete replica promoted, a
+// pending entry committed once in sync) and keeps the row's tracts while
+// it pulls those of lower-replication blobs from the others. The TLT
+// manager judges from these reports, so a new directory leader's manager
+// judges the same.
+func MemberComplete(row Row, st *tpb.RowStatus) bool {
+	if row.Version == initialRowVersion {
+		return true
+	}
+	return st != nil && st.Version == row.Version && (st.Readable || st.Role == tpb.RowRole_ROW_ROLE_PRIMARY)
 }
 
 // RowsWaiting lists the rows PlanRepair leaves alone because only dead

@@ -274,13 +274,7 @@ func (m *Manager) Step(ctx context.Context) error {
 	live := func(s ServerID) bool { return states[s].live }
 	sync := m.pollSync(ctx, t, states)
 	inSync := func(row int, s ServerID) bool { return sync.inSync[rowServer{row, s}] }
-	// Complete: holds every tract of the row, as its tractserver reports
-	// (so a new directory leader's manager judges the same), or a member
-	// of a row unchanged since the table was installed (every write in it
-	// needed every member's acknowledgement).
-	complete := func(row int, s ServerID) bool {
-		return t.Rows[row].Version == initialRowVersion || sync.readable[rowServer{row, s}] || sync.primary[rowServer{row, s}]
-	}
+	complete := func(row int, s ServerID) bool { return MemberComplete(t.Rows[row], sync.status[rowServer{row, s}]) }
 	opts := LayoutOptions{Seed: m.seed(t.Version), MinRows: m.cfg.MinRows, AllowSharedDomains: distinctDomains(eligible) < t.Replication}
 	repair := RepairInput{Table: t, Live: live, Eligible: eligible, InSync: complete}
 	waiting := RowsWaiting(repair)
@@ -399,15 +393,9 @@ type rowServer struct {
 
 type syncView struct {
 	inSync map[rowServer]bool
-	// readable: holds every tract of its slot (in sync, or a continuous
-	// member catching up a new version).
-	readable map[rowServer]bool
-	// primary: leads the row at its current version. A server takes the
-	// primary slot only complete (a row's first members, a complete
-	// replica promoted, a pending entry committed once in sync), so it
-	// holds the row's tracts even while it pulls those of
-	// lower-replication blobs from the other members.
-	primary     map[rowServer]bool
+	// status: each member's report of a row at the row's version (see
+	// MemberComplete).
+	status      map[rowServer]*tpb.RowStatus
 	unreachable int
 	tracts      uint64
 	bytes       uint64
@@ -423,7 +411,7 @@ func (m *Manager) pollSync(ctx context.Context, t *Table, states map[ServerID]se
 			nodes[s.Node] = st.node.Address
 		}
 	}
-	v := syncView{inSync: map[rowServer]bool{}, readable: map[rowServer]bool{}, primary: map[rowServer]bool{}}
+	v := syncView{inSync: map[rowServer]bool{}, status: map[rowServer]*tpb.RowStatus{}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for id, addr := range nodes {
@@ -445,8 +433,7 @@ func (m *Manager) pollSync(ctx context.Context, t *Table, states map[ServerID]se
 				for _, r := range d.Rows {
 					if int(r.Row) < len(t.Rows) && r.Version == t.Rows[r.Row].Version {
 						v.inSync[rowServer{int(r.Row), s}] = r.InSync
-						v.readable[rowServer{int(r.Row), s}] = r.Readable
-						v.primary[rowServer{int(r.Row), s}] = r.Role == tpb.RowRole_ROW_ROLE_PRIMARY
+						v.status[rowServer{int(r.Row), s}] = r
 					}
 				}
 			}
