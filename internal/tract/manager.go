@@ -168,7 +168,10 @@ func (m *Manager) Waiting() []WaitingRow {
 
 // noteWaiting records the waiting rows and logs when the set changes.
 func (m *Manager) noteWaiting(w []WaitingRow) {
-	key := fmt.Sprint(w)
+	key := ""
+	if len(w) > 0 {
+		key = fmt.Sprint(w)
+	}
 	m.mu.Lock()
 	changed := key != m.waitingKey
 	m.waiting, m.waitingKey = w, key
