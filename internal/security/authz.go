@@ -84,7 +84,10 @@ func DefaultPolicy() Policy {
 		"InitCluster", "Decommission", "PutConfig", "DeleteConfig",
 		"InstallTLT", "UpdateTLTRows",
 		"ChangeExtentReplicas",
-		"SetDelegation", "DeleteDelegation", "SplitDelegation")
+		"SetDelegation", "DeleteDelegation", "SplitDelegation",
+		// Leases and delegations are the metadata servers' (nodes');
+		// a tenant holding one could fence or keep alive a table owner.
+		"GrantLease", "RenewLease", "ReleaseLease", "GetLease", "RenewDelegation", "RenewDelegations")
 	add("arbor.tract.v1.TractServer", ClassNode, "Replicate", "FetchTract", "SyncRow", "BlobMetas")
 	// ListRow lists every blob of a row: arbor blob verify calls it.
 	add("arbor.tract.v1.TractServer", ClassAdmin, "Scrub", "ListRow")
