@@ -80,10 +80,7 @@ func (d *TractData) WithLayout(layout string) (*TractData, error) {
 
 // create makes blob g of n tracts with d's layout.
 func (d *TractData) create(ctx context.Context, g GUID, n uint64) (*tract.Blob, error) {
-	if d.layout.IsEC() {
-		return d.c.CreateBlobLayout(ctx, tract.GUID(g), d.layout, n)
-	}
-	return d.c.CreateBlobSized(ctx, tract.GUID(g), d.layout.Replicas, n)
+	return d.c.CreateBlobLayout(ctx, tract.GUID(g), d.layout, n)
 }
 
 // TractSize implements DataStore.
