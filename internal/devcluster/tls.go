@@ -49,7 +49,13 @@ func ensureTLS(dir string, l *layout, now time.Time) error {
 		return fmt.Errorf("devcluster: cluster CA in %s: %w", tlsDir, err)
 	}
 	issue := func(name string, req security.Request) error {
-		if _, err := os.Stat(filepath.Join(tlsDir, name+".crt")); err == nil {
+		// The last file written says the credential is whole: the
+		// admin's .pem is written after its .crt.
+		last := name + ".crt"
+		if name == AdminName {
+			last = name + CredentialExt
+		}
+		if _, err := os.Stat(filepath.Join(tlsDir, last)); err == nil {
 			return nil
 		}
 		is, err := ca.Issue(req, now)
@@ -58,6 +64,7 @@ func ensureTLS(dir string, l *layout, now time.Time) error {
 		}
 		// A half-written pair from an interrupted start is replaced.
 		os.Remove(filepath.Join(tlsDir, name+".key"))
+		os.Remove(filepath.Join(tlsDir, name+".crt"))
 		os.Remove(filepath.Join(tlsDir, name+CredentialExt))
 		if err := is.Save(tlsDir, name); err != nil {
 			return err
