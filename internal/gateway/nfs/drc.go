@@ -291,7 +291,9 @@ func (s *KVReplies) lead(ctx context.Context) {
 			// One operation may have failed the group (its key, a
 			// transaction bound): each goes alone.
 			for _, op := range batch {
-				op.err = s.commit(cctx, []*replyOp{op})
+				octx, ocancel := context.WithTimeout(ctx, replyBatchTimeout)
+				op.err = s.commit(octx, []*replyOp{op})
+				ocancel()
 			}
 		} else {
 			for _, op := range batch {
