@@ -352,16 +352,11 @@ func (t *Tree) readPage(ctx context.Context, ref PageRef) (*page, uint64, error)
 // page at the returned slot in its commit (leafcache.go); cached says the
 // copy came from the cache unread.
 func (t *Tree) ownedPage(ctx context.Context, ref PageRef) (p *page, slot uint64, cached bool, err error) {
-	if freshReads(ctx) {
-		p, slot, err = t.readPage(ctx, ref)
-		if err == nil {
-			t.leaves.put(ref, p, slot)
+	if !freshReads(ctx) {
+		if p, slot, ok := t.leaves.get(ref); ok {
+			t.metrics.leafCacheHits.Add(1)
+			return p, slot, true, nil
 		}
-		return p, slot, false, err
-	}
-	if p, slot, ok := t.leaves.get(ref); ok {
-		t.metrics.leafCacheHits.Add(1)
-		return p, slot, true, nil
 	}
 	p, slot, err = t.readPage(ctx, ref)
 	if err == nil {
