@@ -523,25 +523,15 @@ func (s *Store) Forwarded(k tractKey) error {
 // row's other members, sorted.
 func (s *Store) Unforwarded() []tractKey {
 	s.mu.RLock()
-	out := make([]tractKey, 0, len(s.unforwarded))
-	for k := range s.unforwarded {
-		out = append(out, k)
-	}
-	s.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].less(out[j]) })
-	return out
+	defer s.mu.RUnlock()
+	return sortedKeys(s.unforwarded)
 }
 
 // RowTracts returns the tracts the store holds in a row, sorted.
 func (s *Store) RowTracts(row uint32) []tractKey {
 	s.mu.RLock()
-	out := make([]tractKey, 0, len(s.byRow[row]))
-	for k := range s.byRow[row] {
-		out = append(out, k)
-	}
-	s.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].less(out[j]) })
-	return out
+	defer s.mu.RUnlock()
+	return sortedKeys(s.byRow[row])
 }
 
 // Rows returns the rows the store holds tracts of, with their counts.
@@ -558,11 +548,16 @@ func (s *Store) Rows() map[uint32]int {
 // Keys returns every tract the store holds, sorted.
 func (s *Store) Keys() []tractKey {
 	s.mu.RLock()
-	out := make([]tractKey, 0, len(s.tracts))
-	for k := range s.tracts {
+	defer s.mu.RUnlock()
+	return sortedKeys(s.tracts)
+}
+
+// sortedKeys returns the tracts m holds, sorted.
+func sortedKeys[V any](m map[tractKey]V) []tractKey {
+	out := make([]tractKey, 0, len(m))
+	for k := range m {
 		out = append(out, k)
 	}
-	s.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].less(out[j]) })
 	return out
 }
