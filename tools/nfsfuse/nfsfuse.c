@@ -83,17 +83,20 @@ static void release_big(int *unused)
 	pthread_mutex_unlock(&big);
 }
 
-static void as_caller(void);
+static int as_caller(void);
 
 #define CALLER                                                                   \
 	pthread_mutex_lock(&big);                                                \
 	int big_held __attribute__((cleanup(release_big))) = 0;                  \
 	(void)big_held;                                                          \
-	as_caller()
+	if (as_caller() != 0)                                                    \
+	return -EIO
 
 /* as_caller makes the NFS calls that follow carry the FUSE caller's uid,
- * gid and groups (on both connections: NFS and NLM). */
-static void as_caller(void)
+ * gid and groups (on both connections: NFS and NLM). It fails rather than
+ * leave the previous caller's credential in place: a call made under
+ * another user's identity would bypass the server's permission checks. */
+static int as_caller(void)
 {
 	struct fuse_context *fc = fuse_get_context();
 	gid_t groups[64];
@@ -104,7 +107,7 @@ static void as_caller(void)
 		n = NGROUPS_MAX_AUTH;
 	if (fc->uid == cur_uid && fc->gid == cur_gid && n == cur_ngroups &&
 	    memcmp(groups, cur_groups, n * sizeof(gid_t)) == 0)
-		return;
+		return 0;
 	uint32_t g32[NGROUPS_MAX_AUTH];
 	for (int i = 0; i < n; i++)
 		g32[i] = groups[i];
@@ -112,7 +115,11 @@ static void as_caller(void)
 	struct AUTH *nlm_auth = libnfs_authunix_create("nfsfuse", fc->uid, fc->gid, n, g32);
 	if (auth == NULL || nlm_auth == NULL) {
 		fprintf(stderr, "nfsfuse: authunix_create failed\n");
-		return;
+		if (auth != NULL)
+			libnfs_auth_destroy(auth);
+		if (nlm_auth != NULL)
+			libnfs_auth_destroy(nlm_auth);
+		return -1;
 	}
 	rpc_set_auth(rpc, auth);
 	rpc_set_auth(nlm, nlm_auth);
@@ -120,6 +127,7 @@ static void as_caller(void)
 	cur_gid = fc->gid;
 	cur_ngroups = n;
 	memcpy(cur_groups, groups, n * sizeof(gid_t));
+	return 0;
 }
 
 static void to_stat(const struct nfs_stat_64 *n, struct stat *st)
@@ -715,7 +723,8 @@ static int b_lock(const char *path, struct fuse_file_info *fi, int cmd, struct f
 		pthread_mutex_unlock(&big);
 		usleep(200 * 1000);
 		pthread_mutex_lock(&big);
-		as_caller();
+		if (as_caller() != 0)
+			return -EIO;
 		if (fuse_interrupted())
 			return -EINTR;
 	}
