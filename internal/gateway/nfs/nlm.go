@@ -353,7 +353,9 @@ func (g *Gateway) nlmCall(ctx context.Context, proc uint32, a *nlmArgs) (uint32,
 	s, fh, st := g.resolve(ctx, a.fh)
 	switch st {
 	case OK:
-	case ErrBadHandle, ErrStale:
+	case ErrStale:
+		return g.nlmGone(ctx, proc, fh), nlmLock{}
+	case ErrBadHandle:
 		return nlm4StaleFH, nlmLock{}
 	default:
 		return nlm4DeniedNoLock, nlmLock{}
@@ -364,7 +366,7 @@ func (g *Gateway) nlmCall(ctx context.Context, proc uint32, a *nlmArgs) (uint32,
 	}
 	if _, err := s.fsys.GetAttr(ctx, fh.H); err != nil {
 		if fs.Errno(err) == syscall.ENOENT || statusOf(err) == ErrStale {
-			return nlm4StaleFH, nlmLock{}
+			return g.nlmGone(ctx, proc, fh), nlmLock{}
 		}
 		g.log.Warn("nlm: reading a locked file's attributes", "err", err)
 		return nlm4DeniedNoLock, nlmLock{}
@@ -413,6 +415,23 @@ func (g *Gateway) nlmCall(ctx context.Context, proc uint32, a *nlmArgs) (uint32,
 		return nlm4DeniedNoLock, nlmLock{}
 	}
 	return status, holder
+}
+
+// nlmGone answers a call on a file (or file system) that no longer
+// exists. Its handle is stale, but an UNLOCK still succeeds and drops the
+// file's record: a client unlocks after removing a file it held locked
+// (close after unlink), and no later call can reach the record, since a
+// new file never gets the removed one's handle (the generation differs).
+func (g *Gateway) nlmGone(ctx context.Context, proc uint32, fh FileHandle) uint32 {
+	if proc != nlmProcUnlock {
+		return nlm4StaleFH
+	}
+	err := g.cfg.Locks.Update(ctx, lockKey(fh), func([]byte) ([]byte, error) { return nil, nil })
+	if err != nil {
+		g.log.Warn("nlm: dropping a removed file's locks", "err", err)
+		return nlm4DeniedNoLock
+	}
+	return nlm4Granted
 }
 
 // maxLockRecordBytes keeps a file's record within one KV value (the

@@ -281,6 +281,17 @@ func TestNLM(t *testing.T) {
 	if st, _ := c2.nlm(nlmProcLock, bb, fh, true, false, 0, 1); st != nlm4StaleFH {
 		t.Fatalf("LOCK of a removed file: %d, want STALE_FH", st)
 	}
+	// gamma unlocks after the remove (close after unlink): granted, and the
+	// removed file's record is gone from the store.
+	if st, _ := c2.nlm(nlmProcUnlock, nlmOwner{"gamma", 1}, fh, false, false, 0, 0); st != nlm4Granted {
+		t.Fatalf("UNLOCK of a removed file: %d, want GRANTED", st)
+	}
+	if err := locks.Scan(context.Background(), func(k, v []byte) error {
+		t.Fatalf("the store still holds a record after the removed file's UNLOCK: %x", k)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if st, _ := c2.nlm(nlmProcTest, bb, []byte("nonsense"), true, false, 0, 1); st != nlm4StaleFH {
 		t.Fatalf("TEST of bytes that are no handle: %d, want STALE_FH", st)
 	}
