@@ -13,6 +13,7 @@ package devclustertest
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -32,8 +33,10 @@ const BinaryEnv = "ARBOR_BINARY"
 const buildTimeout = 5 * time.Minute
 
 // Binary returns the path of an arbor binary built from the current
-// source: $ARBOR_BINARY if set, else `go build` into a per-user directory
-// under the temporary directory, which is quick when it is up to date.
+// source: $ARBOR_BINARY if set, else `go build` into a directory under the
+// temporary directory per user and source tree (so tests of two checkouts,
+// such as git worktrees, never run each other's binary), which is quick
+// when it is up to date.
 func Binary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv(BinaryEnv); p != "" {
@@ -46,7 +49,7 @@ func Binary(t testing.TB) string {
 		}
 		return abs
 	}
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("arbor-test-bin-%d", os.Getuid()))
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("arbor-test-bin-%d-%s", os.Getuid(), sourceTreeID(t)))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +60,30 @@ func Binary(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// sourceTreeID names the module the test runs in: a hash of the directory
+// holding its go.mod, found from the working directory (a test runs in its
+// package's directory).
+func sourceTreeID(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("devclustertest: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+	h := fnv.New32a()
+	h.Write([]byte(dir))
+	return fmt.Sprintf("%08x", h.Sum32())
 }
 
 // Open opens a cluster (without starting it) in opts.Dir, or in a fresh
