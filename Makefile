@@ -46,10 +46,10 @@ bin/nfsfuse: tools/nfsfuse/nfsfuse.c
 	$(CC) -O2 -Wall -Wextra -Werror -o $@ $< $$(pkg-config --cflags --libs fuse3 libnfs)
 
 # pjdfstest through NFSv3: a fresh dev cluster's gateway mounted with
-# bin/nfsfuse (scripts/pjdfstest-nfs.sh); needs root. Not part of `make
+# bin/nfsfuse (scripts/pjdfstest.sh --nfs); needs root. Not part of `make
 # test`, like `make pjdfstest` (it takes many minutes).
 pjdfstest-nfs: build nfsfuse
-	bash scripts/pjdfstest-nfs.sh
+	bash scripts/pjdfstest.sh --nfs
 
 # The whole-cluster nemesis (issue 13, internal/nemesis): a 5-node dev
 # cluster with two FUSE mounts under a mixed workload, through CHAOS_CYCLES

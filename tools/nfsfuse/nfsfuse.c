@@ -2,7 +2,7 @@
  * nfsfuse: a FUSE mount whose NFS side is the libnfs client library, so
  * that pjdfstest (and anything else written against POSIX) can run through
  * an NFSv3 client that no one here wrote against Arbor's NFS gateway
- * (issue 14; scripts/pjdfstest-nfs.sh, `make pjdfstest-nfs`).
+ * (issue 14; scripts/pjdfstest.sh --nfs, `make pjdfstest-nfs`).
  *
  *   nfsfuse [FUSE options] 'nfs://HOST/EXPORT?nfsport=P&mountport=P' MOUNTPOINT
  *
