@@ -14,10 +14,13 @@ import (
 type Class int
 
 const (
+	// ClassUnknown: a method the policy does not name; every identity
+	// is refused it (the policy fails closed).
+	ClassUnknown Class = iota
 	// ClassAny: any verified identity (node, admin, tenant). Tenancy of
 	// data (which tenant may reach which file system, blob or key) is
 	// checked by the services, from FromContext.
-	ClassAny Class = iota
+	ClassAny
 	// ClassAdmin: administrators and nodes (nodes reconfigure the cluster
 	// themselves: the extent manager moves replicas, metadata servers take
 	// delegations); tenants are refused.
@@ -29,12 +32,14 @@ const (
 
 func (c Class) String() string {
 	switch c {
+	case ClassAny:
+		return "any"
 	case ClassAdmin:
 		return "admin"
 	case ClassNode:
 		return "node"
 	}
-	return "any"
+	return "unknown"
 }
 
 // holders says who may call a method of the class.
@@ -44,8 +49,10 @@ func (c Class) holders() string {
 		return "administrators and nodes"
 	case ClassNode:
 		return "nodes"
+	case ClassAny:
+		return "any identity of the cluster"
 	}
-	return "any identity of the cluster"
+	return "no one: the method is not in the policy"
 }
 
 func (c Class) allows(id Identity) bool {
@@ -54,21 +61,27 @@ func (c Class) allows(id Identity) bool {
 		return id.Kind == KindNode
 	case ClassAdmin:
 		return id.Kind == KindNode || id.Kind == KindAdmin
+	case ClassAny:
+		return id.Kind != KindNone
 	}
-	return id.Kind != KindNone
+	return false
 }
 
 // Policy maps full gRPC method names ("/pkg.Service/Method") to their
-// class; a method it does not name is ClassAny.
+// class; a method it does not name is ClassUnknown, refused to everyone.
 type Policy map[string]Class
 
-// Class returns method's class.
+// Class returns method's class (ClassUnknown if the policy does not name
+// it).
 func (p Policy) Class(method string) Class { return p[method] }
 
 // DefaultPolicy is the cluster's policy: every method that changes the
 // cluster's configuration is ClassAdmin, every method only nodes call of
-// each other is ClassNode. TestDefaultPolicyNamesRealMethods keeps it in
-// step with the services.
+// each other is ClassNode, and the methods of the data path and of reading
+// the cluster's state are ClassAny (each service checks which tenant's data
+// a tenant may reach). Every method of every service a node registers is
+// named: TestDefaultPolicyClassifiesEveryMethod walks the services'
+// descriptors and fails on an unclassified one.
 func DefaultPolicy() Policy {
 	p := Policy{}
 	add := func(service string, c Class, methods ...string) {
@@ -77,23 +90,39 @@ func DefaultPolicy() Policy {
 		}
 	}
 	add("arbor.raftengine.v1.RaftTransport", ClassNode, "Send", "Snapshot")
+	add("arbor.directory.v1.Directory", ClassAny,
+		"Status", "ListNodes", "GetNode", "GetMemberStats",
+		"GetConfig", "ListConfig",
+		"CreateFileSystem", "DeleteFileSystem", "GetFileSystem", "ListFileSystems", "CreateSnapshot", "DeleteSnapshot",
+		"GetTLT", "GetExtent", "ListExtents", "GetDelegationMap")
 	add("arbor.directory.v1.Directory", ClassAdmin,
 		// Nodes register and heartbeat; an operator may too (a node's
 		// record by hand), a tenant never.
 		"Register", "Heartbeat",
 		"InitCluster", "Decommission", "PutConfig", "DeleteConfig",
 		"InstallTLT", "UpdateTLTRows",
+		// The extent manager (a node) creates extents.
+		"CreateExtent",
 		"ChangeExtentReplicas",
 		"SetDelegation", "DeleteDelegation", "SplitDelegation",
 		// Leases and delegations are the metadata servers' (nodes');
 		// a tenant holding one could fence or keep alive a table owner.
 		"GrantLease", "RenewLease", "ReleaseLease", "GetLease", "RenewDelegation", "RenewDelegations")
+	add("arbor.tract.v1.TractServer", ClassAny,
+		"WriteTract", "ReadTract", "BlobOp", "WriteShard", "ReadShard", "Status", "ListBlobs", "Inventory")
 	add("arbor.tract.v1.TractServer", ClassNode, "Replicate", "FetchTract", "SyncRow", "BlobMetas")
 	// ListRow lists every blob of a row: arbor blob verify calls it.
 	add("arbor.tract.v1.TractServer", ClassAdmin, "Scrub", "ListRow")
+	add("arbor.extent.v1.Extent", ClassAny, "Read", "Commit", "Check", "TxnStep", "QueryTxn", "FreeBlocks", "Info", "ReplicaStatus")
 	add("arbor.extent.v1.Extent", ClassNode, "CreateReplica")
 	add("arbor.extent.v1.Extent", ClassAdmin, "ChangeReplicas", "Recover")
+	add("arbor.meta.v1.Meta", ClassAny,
+		"Lookup", "GetAttr", "SetAttr", "Create", "Readlink", "Link", "Remove", "Rename", "ReadDir", "Xattr",
+		"Open", "Release", "SyncOpens", "StatFS", "FileBlocks", "CommitBlocks", "Session", "WaitSafe",
+		"CreateFileSystem", "DeleteFileSystem", "CreateSnapshot", "DeleteSnapshot", "Check",
+		"TableStats", "Tables", "Progress")
 	add("arbor.meta.v1.Meta", ClassAdmin, "MoveTable", "SplitTable")
+	add("arbor.faults.v1.Admin", ClassAny, "GetFaults")
 	add("arbor.faults.v1.Admin", ClassAdmin, "SetFaults")
 	return p
 }
@@ -101,16 +130,26 @@ func DefaultPolicy() Policy {
 // PeerIdentity derives the caller's identity from the verified client
 // certificate of ctx's connection. A connection without TLS has no
 // identity (KindNone); a TLS connection whose certificate was not verified
-// or names no identity is an error.
+// or names no identity is an error. A connection accepted with
+// ServerCredentials carries the identity its handshake derived
+// (IdentityInfo); any other TLS connection's certificate is parsed here.
 func PeerIdentity(ctx context.Context) (Identity, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.AuthInfo == nil {
 		return Identity{}, nil
 	}
-	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok {
-		return Identity{}, nil
+	switch info := p.AuthInfo.(type) {
+	case IdentityInfo:
+		return info.Identity, info.Err
+	case credentials.TLSInfo:
+		return tlsIdentity(info)
 	}
+	return Identity{}, nil
+}
+
+// tlsIdentity is the identity of a TLS connection's verified client
+// certificate.
+func tlsIdentity(info credentials.TLSInfo) (Identity, error) {
 	if len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
 		return Identity{}, status.Error(codes.Unauthenticated, "no verified client certificate")
 	}

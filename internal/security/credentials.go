@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -165,7 +166,42 @@ func ServerCredentials(c *Credentials) (credentials.TransportCredentials, error)
 	if err != nil {
 		return nil, err
 	}
-	return credentials.NewTLS(cfg), nil
+	return identityCredentials{credentials.NewTLS(cfg)}, nil
+}
+
+// identityCredentials derive the client's identity once per connection,
+// in the handshake, instead of once per RPC: the connection's AuthInfo is
+// an IdentityInfo.
+type identityCredentials struct {
+	credentials.TransportCredentials
+}
+
+// IdentityInfo is the AuthInfo of a connection to a server built with
+// ServerCredentials: the TLS state and the identity its verified client
+// certificate names (or why it names none).
+type IdentityInfo struct {
+	credentials.TLSInfo
+	Identity Identity
+	// Err is why the certificate yields no identity; the connection's
+	// RPCs are refused with it.
+	Err error
+}
+
+func (c identityCredentials) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(conn)
+	if err != nil {
+		return conn, info, err
+	}
+	tlsInfo, ok := info.(credentials.TLSInfo)
+	if !ok {
+		return conn, info, nil
+	}
+	id, idErr := tlsIdentity(tlsInfo)
+	return conn, IdentityInfo{TLSInfo: tlsInfo, Identity: id, Err: idErr}, nil
+}
+
+func (c identityCredentials) Clone() credentials.TransportCredentials {
+	return identityCredentials{c.TransportCredentials.Clone()}
 }
 
 // ClientCredentials are gRPC client transport credentials from

@@ -36,10 +36,15 @@
 //     node identity: a tenant's or administrator's certificate cannot
 //     serve as a node.
 //  3. The identity an RPC handler sees (FromContext) is derived from the
-//     verified peer certificate, never from anything the caller sends.
+//     verified peer certificate, never from anything the caller sends. It
+//     is derived once per connection, in the handshake (ServerCredentials
+//     gives the connection an IdentityInfo).
 //  4. Every RPC is authorized by its method's class (Policy): node-only
 //     methods (the raft transport, replication between replicas) refuse
 //     every identity but a node; admin methods
-//     (cluster configuration) refuse tenants; the rest accept any verified
-//     identity. Refusals are codes.PermissionDenied and run nothing.
+//     (cluster configuration) refuse tenants; ClassAny methods accept any
+//     verified identity. The policy fails closed: a method it does not
+//     name is refused to every identity, and every method of every arbor
+//     service is named (TestDefaultPolicyClassifiesEveryMethod). Refusals
+//     are codes.PermissionDenied and run nothing.
 package security

@@ -13,6 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
@@ -253,12 +258,35 @@ func FuzzParseCredentials(f *testing.F) {
 	})
 }
 
-// TestDefaultPolicyNamesRealMethods keeps the policy in step with the
-// services: every method it classifies exists.
-func TestDefaultPolicyNamesRealMethods(t *testing.T) {
+// TestDefaultPolicyClassifiesEveryMethod keeps the policy in step with
+// the services: every method of every arbor service linked into the binary
+// has an explicit class (the policy fails closed, so an unclassified
+// method would be refused to everyone, the nodes included), and every
+// method the policy names exists.
+func TestDefaultPolicyClassifiesEveryMethod(t *testing.T) {
 	p := security.DefaultPolicy()
-	if len(p) == 0 {
-		t.Fatal("empty policy")
+	services := map[string]bool{}
+	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
+		if !strings.HasPrefix(string(fd.Package()), "arbor.") {
+			return true
+		}
+		for i := 0; i < fd.Services().Len(); i++ {
+			sd := fd.Services().Get(i)
+			services[string(sd.FullName())] = true
+			for j := 0; j < sd.Methods().Len(); j++ {
+				m := "/" + string(sd.FullName()) + "/" + string(sd.Methods().Get(j).Name())
+				if p.Class(m) == security.ClassUnknown {
+					t.Errorf("%s has no class in DefaultPolicy: name it (any, admin or node)", m)
+				}
+			}
+		}
+		return true
+	})
+	for _, s := range []string{"arbor.raftengine.v1.RaftTransport", "arbor.directory.v1.Directory", "arbor.tract.v1.TractServer",
+		"arbor.extent.v1.Extent", "arbor.meta.v1.Meta", "arbor.faults.v1.Admin"} {
+		if !services[s] {
+			t.Errorf("service %s not found among the linked descriptors", s)
+		}
 	}
 	for method, class := range p {
 		s := strings.TrimPrefix(method, "/")
@@ -276,19 +304,70 @@ func TestDefaultPolicyNamesRealMethods(t *testing.T) {
 		if !ok || sd.Methods().ByName(protoreflect.Name(s[i+1:])) == nil {
 			t.Errorf("%s (%v): service %s has no method %s", method, class, s[:i], s[i+1:])
 		}
+		if class == security.ClassUnknown {
+			t.Errorf("%s is named with the unknown class", method)
+		}
 	}
-	for _, m := range []string{"/arbor.raftengine.v1.RaftTransport/Send", "/arbor.tract.v1.TractServer/Replicate"} {
+	for _, m := range []string{"/arbor.raftengine.v1.RaftTransport/Send", "/arbor.tract.v1.TractServer/Replicate", "/arbor.extent.v1.Extent/CreateReplica"} {
 		if p.Class(m) != security.ClassNode {
 			t.Errorf("%s is %v, want node", m, p.Class(m))
 		}
 	}
-	for _, m := range []string{"/arbor.directory.v1.Directory/InstallTLT", "/arbor.meta.v1.Meta/MoveTable", "/arbor.extent.v1.Extent/Recover", "/arbor.directory.v1.Directory/Decommission"} {
+	for _, m := range []string{"/arbor.directory.v1.Directory/InstallTLT", "/arbor.meta.v1.Meta/MoveTable", "/arbor.extent.v1.Extent/Recover",
+		"/arbor.directory.v1.Directory/Decommission", "/arbor.directory.v1.Directory/CreateExtent"} {
 		if p.Class(m) != security.ClassAdmin {
 			t.Errorf("%s is %v, want admin", m, p.Class(m))
 		}
 	}
 	if p.Class("/arbor.tract.v1.TractServer/ReadTract") != security.ClassAny {
 		t.Error("ReadTract is not open to tenants")
+	}
+	if p.Class("/arbor.tract.v1.TractServer/NoSuchMethod") != security.ClassUnknown {
+		t.Error("a method the policy does not name has a class")
+	}
+}
+
+// TestAuthorizerFailsClosed: through the interceptor, a method the policy
+// does not name is refused to every identity without running its handler,
+// the identity comes from the connection's AuthInfo (derived once, in the
+// handshake), and a connection whose certificate named no identity is
+// refused every method.
+func TestAuthorizerFailsClosed(t *testing.T) {
+	policy := security.Policy{"/s.S/Open": security.ClassAny, "/s.S/Admin": security.ClassAdmin}
+	intercept := security.NewAuthorizer(policy, false).UnaryServerInterceptor()
+	call := func(info credentials.AuthInfo, method string) (security.Identity, error) {
+		ctx := peer.NewContext(context.Background(), &peer.Peer{AuthInfo: info})
+		var got security.Identity
+		_, err := intercept(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method}, func(ctx context.Context, _ any) (any, error) {
+			id, ok := security.FromContext(ctx)
+			if !ok {
+				t.Errorf("%s: handler ran without an identity", method)
+			}
+			got = id
+			return nil, nil
+		})
+		return got, err
+	}
+	for _, id := range []security.Identity{security.Tenant("t"), security.Admin(), security.Node("n1")} {
+		info := security.IdentityInfo{Identity: id}
+		if _, err := call(info, "/s.S/Unknown"); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%v calling an unknown method: %v, want PermissionDenied", id, err)
+		}
+		got, err := call(info, "/s.S/Open")
+		if err != nil || got != id {
+			t.Errorf("%v calling an open method: identity %v, %v", id, got, err)
+		}
+		_, err = call(info, "/s.S/Admin")
+		if want := id.Kind != security.KindTenant; (err == nil) != want {
+			t.Errorf("%v calling an admin method: %v", id, err)
+		}
+	}
+	bad := security.IdentityInfo{Err: status.Error(codes.Unauthenticated, "no identity")}
+	if _, err := call(bad, "/s.S/Open"); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("a connection without identity: %v, want Unauthenticated", err)
+	}
+	if _, err := call(nil, "/s.S/Open"); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("a connection without TLS to a secure server: %v, want Unauthenticated", err)
 	}
 }
 

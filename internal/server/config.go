@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/faults"
+	"github.com/arbor-storage/arbor/internal/security"
 	"github.com/arbor-storage/arbor/internal/tract"
 )
 
@@ -153,6 +154,10 @@ type Config struct {
 	Insecure bool
 	// PProf serves /debug/pprof/ on the HTTP port (--pprof).
 	PProf bool
+	// Policy is who may call which gRPC method (nil:
+	// security.DefaultPolicy); a method it does not name is refused to
+	// everyone. Tests that serve their own services add them.
+	Policy security.Policy
 }
 
 // TLSFiles are the paths of a node's credentials. Dir, if set, fills the

@@ -28,6 +28,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/faults"
 	"github.com/arbor-storage/arbor/internal/faults/faultspb"
 	"github.com/arbor-storage/arbor/internal/raftengine"
+	"github.com/arbor-storage/arbor/internal/security"
 )
 
 // testNodeConfig is a storage-only node on free 127.0.0.1 ports; its
@@ -47,7 +48,21 @@ func testNodeConfig(t *testing.T, id uint64, cluster, dir string) Config {
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Timeouts:       Timeouts{Shutdown: 5 * time.Second},
 		TLS:            TLSFiles{Dir: sharedPKI(t).dir},
+		Policy:         testPolicy(),
 	}
+}
+
+// testPolicy is the cluster's policy with the gRPC test service (the
+// stand-in modules of these tests) open to every identity.
+func testPolicy() security.Policy {
+	p := security.DefaultPolicy()
+	for _, m := range testpb.TestService_ServiceDesc.Methods {
+		p["/"+testpb.TestService_ServiceDesc.ServiceName+"/"+m.MethodName] = security.ClassAny
+	}
+	for _, m := range testpb.TestService_ServiceDesc.Streams {
+		p["/"+testpb.TestService_ServiceDesc.ServiceName+"/"+m.StreamName] = security.ClassAny
+	}
+	return p
 }
 
 func startNode(t *testing.T, cfg Config, modules ...Module) *Node {

@@ -129,7 +129,11 @@ func storeFatal(r any) bool {
 // order metrics, recovery, cluster check, faults (partitions and stream
 // faults), module gate (no call reaches a module that is not running).
 func serverOptions(cfg Config, logger *slog.Logger, inj *faults.Injector, rm *rpcMetrics, gate *rpcGate, fatal func(error), creds *security.Credentials) ([]grpc.ServerOption, error) {
-	authz := security.NewAuthorizer(security.DefaultPolicy(), creds == nil)
+	policy := cfg.Policy
+	if policy == nil {
+		policy = security.DefaultPolicy()
+	}
+	authz := security.NewAuthorizer(policy, creds == nil)
 	transport := insecure.NewCredentials()
 	if creds != nil {
 		var err error

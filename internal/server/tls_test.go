@@ -136,7 +136,9 @@ func TestStartRefusesCredentialsThatAreNotANode(t *testing.T) {
 // tenant is refused an admin method; admin and nodes are served.
 func TestTLSRefusesStrangersAndAuthorizes(t *testing.T) {
 	p := sharedPKI(t)
-	n := startNode(t, testNodeConfig(t, 1, "c1", t.TempDir()), echoModule())
+	cfg := testNodeConfig(t, 1, "c1", t.TempDir())
+	cfg.Policy = nil // the cluster's own policy, which does not name the echo service
+	n := startNode(t, cfg, echoModule())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	dial := func(opts []grpc.DialOption) *grpc.ClientConn {
@@ -149,6 +151,10 @@ func TestTLSRefusesStrangersAndAuthorizes(t *testing.T) {
 	}
 	echo := func(opts []grpc.DialOption) error {
 		_, err := testpb.NewTestServiceClient(dial(opts)).EmptyCall(ctx, &testpb.Empty{})
+		return err
+	}
+	getFaults := func(creds *security.Credentials) error {
+		_, err := faultspb.NewAdminClient(dial(client.DialOptions("c1", creds))).GetFaults(ctx, &faultspb.GetFaultsRequest{})
 		return err
 	}
 	setFaults := func(creds *security.Credentials) error {
@@ -190,18 +196,33 @@ func TestTLSRefusesStrangersAndAuthorizes(t *testing.T) {
 	}
 	// A tenant: served an ordinary method, refused an admin one.
 	tenant := p.credential(t, security.Tenant("t1"), time.Time{}, time.Time{})
-	if err := echo(client.DialOptions("c1", tenant)); err != nil {
+	if err := getFaults(tenant); err != nil {
 		t.Errorf("tenant, ordinary method: %v", err)
 	}
 	if err := setFaults(tenant); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("tenant, SetFaults: %v, want PermissionDenied", err)
 	}
 	// The administrator is served both.
-	if err := echo(client.DialOptions("c1", p.admin)); err != nil {
+	if err := getFaults(p.admin); err != nil {
 		t.Errorf("admin, ordinary method: %v", err)
 	}
 	if err := setFaults(p.admin); err != nil {
 		t.Errorf("admin, SetFaults: %v", err)
+	}
+	// The policy fails closed: the echo service, which the policy does
+	// not name, is refused to everyone, the administrator and the node
+	// itself included, and its handler never runs.
+	for _, c := range []*security.Credentials{tenant, p.admin} {
+		if err := echo(client.DialOptions("c1", c)); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%v calling a method outside the policy: %v, want PermissionDenied", c.Identity, err)
+		}
+	}
+	nodeConn, err := n.Env().Dialer.Conn(n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testpb.NewTestServiceClient(nodeConn).EmptyCall(ctx, &testpb.Empty{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a node calling a method outside the policy: %v, want PermissionDenied", err)
 	}
 }
 
