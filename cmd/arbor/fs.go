@@ -329,13 +329,13 @@ made during the check may show as problems.`,
 					fmt.Fprintf(a.stdout, "file system %q (number %d): %d views, %d objects, %d names, %d blocks (%d inline), %d tracts, %d blobs\n",
 						f.GetName(), f.GetNumber(), r.Views, r.Objects, r.Names, r.Blocks, r.Inline, r.Tracts, r.Blobs)
 					fmt.Fprintf(a.stdout, "pending: %d orphans, %d queued blobs, %d tracts to free, %d garbage versions\n", r.Orphans, r.Queued, r.FreeingTracts, r.Garbage)
-					fmt.Fprintf(a.stdout, "problems: %d dangling, %d link counts, %d leaked, %d other\n", r.Dangling, r.LinkCount, r.Leaked, r.Other)
+					fmt.Fprintf(a.stdout, "problems: %d lost data, %d dangling, %d link counts, %d leaked, %d other\n", r.Lost, r.Dangling, r.LinkCount, r.Leaked, r.Other)
 					for _, p := range r.Problems {
 						fmt.Fprintln(a.stdout, "  "+p)
 					}
 				}
 				if !r.OK() {
-					return fmt.Errorf("file system %q has %d problems", args[0], r.Dangling+r.LinkCount+r.Leaked+r.Other)
+					return fmt.Errorf("file system %q has %d problems", args[0], r.ProblemCount())
 				}
 				if !asJSON {
 					fmt.Fprintln(a.stdout, "clean")

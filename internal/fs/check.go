@@ -49,19 +49,34 @@ type CheckReport struct {
 	FreeingTracts int
 	Garbage       int // versions no view reads (a sweep reclaims them)
 	Dangling      int // names whose object is missing
-	LinkCount     int // objects whose link count is wrong
-	Leaked        int // tracts or objects nothing references
-	Other         int
-	Problems      []string
+	// Lost counts blocks whose acknowledged data is gone: a tract holding
+	// fewer bytes than its block says, past its blob's end, or of a blob
+	// that no longer exists. LostData holds the first of those findings
+	// (they are in Problems too), so a checker such as the nemesis can
+	// tell lost data from other problems without reading the text.
+	Lost      int
+	LostData  []string
+	LinkCount int // objects whose link count is wrong
+	Leaked    int // tracts or objects nothing references
+	Other     int
+	Problems  []string
 }
 
 // OK reports whether nothing is wrong.
-func (r *CheckReport) OK() bool { return r.Dangling+r.LinkCount+r.Leaked+r.Other == 0 }
+func (r *CheckReport) OK() bool { return r.ProblemCount() == 0 }
+
+// ProblemCount is the number of problems found, of every kind.
+func (r *CheckReport) ProblemCount() int {
+	return r.Lost + r.Dangling + r.LinkCount + r.Leaked + r.Other
+}
 
 func (r *CheckReport) problem(counter *int, format string, args ...any) {
 	*counter++
 	if len(r.Problems) < maxCheckProblems {
 		r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+	}
+	if counter == &r.Lost && len(r.LostData) < maxCheckProblems {
+		r.LostData = append(r.LostData, fmt.Sprintf(format, args...))
 	}
 }
 
@@ -425,14 +440,14 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 		}
 		if !ok {
 			if len(perBlob[g]) > 0 {
-				r.problem(&r.Dangling, "blob %v is missing; %d tracts of it are referenced", g, len(perBlob[g]))
+				r.problem(&r.Lost, "blob %v is missing; %d tracts of it are referenced", g, len(perBlob[g]))
 			}
 			continue
 		}
 		for _, i := range perBlob[g] {
 			e := referenced[tractKey{g, i}]
 			if i >= size {
-				r.problem(&r.Dangling, "tract %v/%d is past the blob's end (%d tracts)", g, i, size)
+				r.problem(&r.Lost, "tract %v/%d is past the blob's end (%d tracts)", g, i, size)
 				continue
 			}
 			var n int
@@ -448,7 +463,7 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 				continue
 			}
 			if uint64(n) < e.Length {
-				r.problem(&r.Dangling, "tract %v/%d holds %d bytes; its block says %d", g, i, n, e.Length)
+				r.problem(&r.Lost, "tract %v/%d holds %d bytes; its block says %d", g, i, n, e.Length)
 			}
 		}
 		if lengther == nil {

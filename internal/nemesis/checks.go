@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"time"
 
+	"github.com/arbor-storage/arbor/internal/fs"
 	"github.com/arbor-storage/arbor/internal/retry"
 )
 
@@ -45,7 +47,7 @@ func (r *run) checkAll(ctx context.Context, cycle int, final bool) {
 	}
 	r.sum.checked(files, blobs, keys, ops)
 
-	r.cliCheck(ctx, cycle, "fsck", "fsck", fileSystem)
+	r.cliCheck(ctx, cycle, "fsck", "fsck", fileSystem, "--json")
 	r.cliCheck(ctx, cycle, "kv check", "kv", "check")
 	r.cliCheck(ctx, cycle, "blob verify", "blob", "verify")
 	r.scanLogs(cycle)
@@ -72,9 +74,13 @@ func (r *run) cliCheck(ctx context.Context, cycle int, name string, args ...stri
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.CheckPatience)
 	defer cancel()
-	var last error
+	var (
+		last   error
+		stdout []byte
+	)
 	for attempt := 0; ; attempt++ {
-		err := r.cli(ctx, 5*time.Minute, args...)
+		var err error
+		stdout, err = r.cli(ctx, 5*time.Minute, args...)
 		if err == nil {
 			r.sum.check(name, attempt == 0, time.Since(start))
 			return
@@ -87,27 +93,39 @@ func (r *run) cliCheck(ctx context.Context, cycle int, name string, args ...stri
 		_ = retry.Sleep(ctx, 2*time.Second)
 	}
 	r.sum.check(name, false, time.Since(start))
-	r.sum.fail(cycle, "check", fmt.Sprintf("%s still fails after %v: %v", name, time.Since(start).Round(time.Second), last))
-	// A file's block whose tract holds fewer bytes than it says is
-	// acknowledged data gone, even while a mount's tract cache still
-	// serves it (issue 13): count it as lost, not only as a failed check.
-	if name == "fsck" {
-		for _, l := range fsckLosses(last.Error()) {
-			r.sum.lose(cycle, "file", "fsck: "+l)
-		}
+	failed := fmt.Sprintf("%s still fails after %v: %v", name, time.Since(start).Round(time.Second), last)
+	if name != "fsck" {
+		r.sum.fail(cycle, "check", failed)
+		return
+	}
+	rep, err := fsckReport(stdout)
+	if err != nil {
+		r.sum.fail(cycle, "check", failed)
+		return
+	}
+	r.sum.fail(cycle, "check", fmt.Sprintf("%s; %d problems:\n  %s", failed, rep.ProblemCount(), strings.Join(rep.Problems, "\n  ")))
+	for _, l := range fsckLosses(rep) {
+		r.sum.lose(cycle, "file", "fsck: "+l)
 	}
 }
 
-// fsckLosses picks from fsck's output the findings that mean acknowledged
-// file data is gone: a tract shorter than its block, or a blob missing
-// under referenced tracts.
-func fsckLosses(out string) []string {
-	var lost []string
-	for _, line := range strings.Split(out, "\n") {
-		line = strings.TrimSpace(line)
-		if strings.Contains(line, "; its block says ") || (strings.Contains(line, "is missing; ") && strings.Contains(line, "tracts of it are referenced")) {
-			lost = append(lost, line)
-		}
+// fsckReport decodes the report `arbor fsck --json` prints.
+func fsckReport(stdout []byte) (*fs.CheckReport, error) {
+	var rep fs.CheckReport
+	if err := json.Unmarshal(stdout, &rep); err != nil {
+		return nil, fmt.Errorf("fsck's report: %w", err)
+	}
+	return &rep, nil
+}
+
+// fsckLosses lists fsck's findings of acknowledged file data that is gone
+// (a tract shorter than its block, a blob missing under referenced
+// tracts): lost even while a mount's tract cache still serves the file
+// (issue 13), so they count as loss, not only as a failed check.
+func fsckLosses(rep *fs.CheckReport) []string {
+	lost := append([]string(nil), rep.LostData...)
+	if n := rep.Lost - len(rep.LostData); n > 0 {
+		lost = append(lost, fmt.Sprintf("and %d more blocks' data", n))
 	}
 	return lost
 }
@@ -119,18 +137,19 @@ func fsckLosses(out string) []string {
 // starts it again once the disk has room.
 const diskFullIssue = "raftengine: a node whose disk fills up panics (pebble: fatal commit error: no space left on device) instead of refusing writes (issue 13 report)"
 
-// cli runs `arbor ARGS --dir CLUSTER` and returns its error with its
-// output.
-func (r *run) cli(ctx context.Context, timeout time.Duration, args ...string) error {
+// cli runs `arbor ARGS --dir CLUSTER` and returns its standard output;
+// an error carries the last lines of its standard error.
+func (r *run) cli(ctx context.Context, timeout time.Duration, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	args = append(args, "--dir", r.cluster.Dir())
 	cmd := exec.CommandContext(ctx, r.cfg.Binary, args...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("arbor %s: %w: %s", strings.Join(args, " "), err, lastLines(out, 15))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("arbor %s: %w: %s", strings.Join(args, " "), err, lastLines(stderr.Bytes(), 15))
 	}
-	return nil
+	return stdout.Bytes(), nil
 }
 
 func lastLines(b []byte, n int) string {

@@ -36,17 +36,32 @@ func TestOpenMountFiles(t *testing.T) {
 	}
 }
 
-// TestFsckLosses: fsck's dangling-tract findings count as lost data.
+// TestFsckLosses: fsck's lost-data findings, read from its JSON report,
+// count as lost data; its other problems do not.
 func TestFsckLosses(t *testing.T) {
-	out := "arbor fsck chaos: exit status 1: fsck: 2 problems\n" +
-		"  tract 0000000000000001ab8c578a9efc0805/1 holds 0 bytes; its block says 16384\n" +
-		"  blob 0000000000000001ab8c578a9efc0806 is missing; 3 tracts of it are referenced\n" +
-		"  w2/f00001: link count 2, 1 names\n"
-	got := fsckLosses(out)
-	if len(got) != 2 || !strings.HasPrefix(got[0], "tract 0000000000000001ab8c578a9efc0805/1 holds 0 bytes") || !strings.HasPrefix(got[1], "blob ") {
+	out := []byte(`{"Lost": 3, "Dangling": 0, "LinkCount": 1,
+		"LostData": ["tract 0000000000000001ab8c578a9efc0805/1 holds 0 bytes; its block says 16384",
+			"blob 0000000000000001ab8c578a9efc0806 is missing; 3 tracts of it are referenced"],
+		"Problems": ["tract 0000000000000001ab8c578a9efc0805/1 holds 0 bytes; its block says 16384",
+			"blob 0000000000000001ab8c578a9efc0806 is missing; 3 tracts of it are referenced",
+			"w2/f00001: link count 2, 1 names"]}`)
+	rep, err := fsckReport(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fsckLosses(rep)
+	if len(got) != 3 || !strings.HasPrefix(got[0], "tract 0000000000000001ab8c578a9efc0805/1 holds 0 bytes") ||
+		!strings.HasPrefix(got[1], "blob ") || got[2] != "and 1 more blocks' data" {
 		t.Fatalf("losses %q", got)
 	}
-	if got := fsckLosses("fsck: 1 problem\n  w2/f00001: link count 2, 1 names"); len(got) != 0 {
+	rep, err = fsckReport([]byte(`{"LinkCount": 1, "Problems": ["w2/f00001: link count 2, 1 names"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fsckLosses(rep); len(got) != 0 {
 		t.Fatalf("losses in a report without lost data: %q", got)
+	}
+	if _, err := fsckReport([]byte("fsck: connection refused")); err == nil {
+		t.Fatal("a report that is no JSON decoded")
 	}
 }

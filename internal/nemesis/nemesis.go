@@ -227,7 +227,7 @@ func (r *run) runAll(ctx context.Context) (err error) {
 // setUp creates the file system, mounts it twice, and prepares the
 // workloads' state.
 func (r *run) setUp(ctx context.Context) error {
-	if err := r.cli(ctx, time.Minute, "fs", "create", fileSystem); err != nil {
+	if _, err := r.cli(ctx, time.Minute, "fs", "create", fileSystem); err != nil {
 		return fmt.Errorf("nemesis: create the file system: %w", err)
 	}
 	for i := 1; i <= 2; i++ {
