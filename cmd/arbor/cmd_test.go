@@ -73,7 +73,7 @@ func TestServerFlagsBuildConfig(t *testing.T) {
 	err := ta.run("server", "--node-id=2", "--cluster-id=prod", "--data-dir="+dir,
 		"--listen=127.0.0.1:7002", "--http=127.0.0.1:8002", "--domain=rack-2",
 		"--roles=directory,storage", "--directory-peers="+peers3, "--disks=/d1,/d2",
-		"--heartbeat-interval=500ms", "--log-format=json", "--log-level=debug", "--tls-dir=/etc/arbor/tls", "--pprof")
+		"--heartbeat-interval=500ms", "--log-format=json", "--log-level=debug", "--tls-dir=/etc/arbor/tls", "--pprof", "--metadata-replicas=5")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +98,9 @@ func TestServerFlagsBuildConfig(t *testing.T) {
 	if c.TLS.CertFile != "/etc/arbor/tls/node.crt" || c.TLS.KeyFile != "/etc/arbor/tls/node.key" || c.TLS.CAFile != "/etc/arbor/tls/ca.crt" ||
 		c.Insecure || !c.PProf {
 		t.Fatalf("tls = %+v, insecure %v, pprof %v", c.TLS, c.Insecure, c.PProf)
+	}
+	if c.MetadataReplicas != 5 || c.MetadataGeometry().Replication != 5 {
+		t.Fatalf("metadata replicas = %d", c.MetadataReplicas)
 	}
 }
 
@@ -160,6 +163,7 @@ func TestServerConfigErrors(t *testing.T) {
 		{"bad flag faults", append(append([]string{}, base...), "--faults=nope"), "", "--faults"},
 		{"invalid config", []string{"server", "--data-dir=" + dir}, "", "node id (--node-id) must be a positive integer"},
 		{"bad log level", append(append([]string{}, base...), "--log-level=loud"), "", "--log-level"},
+		{"bad metadata replicas", append(append([]string{}, base...), "--metadata-replicas=8"), "", "metadata replicas (--metadata-replicas) 8: must be in [1, 7]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ta := newTestApp()

@@ -21,6 +21,7 @@ func newDevCmd(a *app) *cobra.Command {
 		dir          string
 		nodes        int
 		voters       int
+		metaReplicas int
 		faultSpec    string
 		mountDir     string
 		startTimeout = devcluster.DefaultStartTimeout
@@ -41,7 +42,11 @@ credential. The nodes serve /debug/pprof/ on their HTTP ports.
 
 Run it again on the same --dir to bring the same cluster back with all its
 state: same node ids and, when they are free, the same ports. The first
---directory-voters nodes are directory voters; every node stores data.`,
+--directory-voters nodes are directory voters; every node stores data.
+--metadata-replicas sets how many replicas each metadata extent gets when
+the cluster is created: an ec:D+P file system's metadata must survive the
+P lost nodes its data survives, so it needs 2P+1 (arbor dev --nodes 7
+--directory-voters 5 --metadata-replicas 5 for ec:5+2).`,
 		Example: `  arbor dev --dir /tmp/arbor
   arbor status --dir /tmp/arbor`,
 		Args: cobra.NoArgs,
@@ -72,14 +77,15 @@ state: same node ids and, when they are free, the same ports. The first
 				serverArgs = append(serverArgs, "--faults="+faultSpec)
 			}
 			return runDev(cmd.Context(), a, devcluster.Options{
-				Dir:             dir,
-				Nodes:           nodes,
-				DirectoryVoters: voters,
-				Binary:          self,
-				ServerArgs:      serverArgs,
-				StartTimeout:    startTimeout,
-				StopTimeout:     stopTimeout,
-				Logger:          a.logger,
+				Dir:              dir,
+				Nodes:            nodes,
+				DirectoryVoters:  voters,
+				MetadataReplicas: metaReplicas,
+				Binary:           self,
+				ServerArgs:       serverArgs,
+				StartTimeout:     startTimeout,
+				StopTimeout:      stopTimeout,
+				Logger:           a.logger,
 				// Benchmarks and profiling read the nodes' profiles.
 				PProf: true,
 			}, mountDir)
@@ -90,6 +96,7 @@ state: same node ids and, when they are free, the same ports. The first
 	fl.StringVar(&dir, "dir", "", "directory holding the cluster (created if missing)")
 	fl.IntVar(&nodes, "nodes", 0, fmt.Sprintf("number of nodes (default %d, or as saved in --dir)", devcluster.DefaultNodes))
 	fl.IntVar(&voters, "directory-voters", 0, fmt.Sprintf("how many of the first nodes are directory voters: 1, 3 or 5 (default %d, or as saved)", devcluster.DefaultDirectoryVoters))
+	fl.IntVar(&metaReplicas, "metadata-replicas", 0, "replicas of each metadata extent (file systems' metadata, KV, tables), odd, at most the nodes: 2f+1 survive f lost nodes; an ec:D+P file system needs 2P+1 (default 3, or as saved; fixed at creation)")
 	fl.StringVar(&faultSpec, "faults", "", "fault injection for every node (see arbor server --help); $"+faultsEnv+" also reaches the nodes")
 	fl.StringVar(&mountDir, "mount", "", "once healthy, create the file system \""+devFileSystem+"\" if missing and mount it here (FUSE)")
 	fl.DurationVar(&startTimeout, "start-timeout", startTimeout, "how long to wait for the cluster to be healthy")

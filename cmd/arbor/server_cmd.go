@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/arbor-storage/arbor/internal/extent"
 	"github.com/arbor-storage/arbor/internal/faults"
 	"github.com/arbor-storage/arbor/internal/server"
 	"github.com/arbor-storage/arbor/internal/tract"
@@ -34,6 +35,7 @@ type serverFlags struct {
 	directoryPeers string
 	faults         string
 	tract          string
+	metaReplicas   int
 	timeouts       server.Timeouts
 	tls            server.TLSFiles
 	insecure       bool
@@ -91,6 +93,7 @@ Without them the server refuses to start unless --insecure is given.`,
 	fl.StringVar(&f.nfsListen, "nfs-listen", "127.0.0.1:2049", "address the gateway role serves NFSv3 and MOUNT on (host:port)")
 	fl.StringVar(&f.directoryPeers, "directory-peers", "", "the directory group: id=host:port,...")
 	fl.StringVar(&f.tract, "tract", "", "tract store settings, e.g. tract-size=4MiB,replication=3 (default $"+tractEnv+"); the tract size is fixed when the cluster is created")
+	fl.IntVar(&f.metaReplicas, "metadata-replicas", extent.DefaultReplication, "replicas of each metadata extent (file systems' metadata, KV, tables) a new cluster creates: 2f+1 survive f lost nodes; fixed when the cluster is created")
 	fl.StringVar(&f.faults, "faults", "", "fault injection, e.g. fail=0.01,delay=0.05:1ms-20ms,dup=0.01,methods=REGEX,seed=N (default $"+faultsEnv+")")
 	fl.StringVar(&f.tls.Dir, "tls-dir", "", "directory of the node's credentials: "+server.NodeCertFileName+", "+server.NodeKeyFileName+", "+server.CAFileName+" (as `arbor cert node --out` writes them)")
 	fl.StringVar(&f.tls.CertFile, "tls-cert", "", "the node's certificate (PEM; default --tls-dir/"+server.NodeCertFileName+")")
@@ -139,25 +142,26 @@ func (f *serverFlags) config(a *app) (server.Config, error) {
 		}
 	}
 	cfg := server.Config{
-		NodeID:         f.nodeID,
-		ClusterID:      f.clusterID,
-		DataDir:        f.dataDir,
-		ListenAddr:     f.listen,
-		AdvertiseAddr:  f.advertise,
-		HTTPAddr:       f.http,
-		NFSAddr:        f.nfsListen,
-		FailureDomain:  f.domain,
-		Disks:          disks,
-		Roles:          roles,
-		DirectoryPeers: peers,
-		Faults:         fc,
-		Tract:          tractOpts,
-		Log:            a.logConfig,
-		Logger:         a.logger,
-		Timeouts:       f.timeouts,
-		TLS:            f.tls,
-		Insecure:       f.insecure,
-		PProf:          f.pprof,
+		NodeID:           f.nodeID,
+		ClusterID:        f.clusterID,
+		DataDir:          f.dataDir,
+		ListenAddr:       f.listen,
+		AdvertiseAddr:    f.advertise,
+		HTTPAddr:         f.http,
+		NFSAddr:          f.nfsListen,
+		FailureDomain:    f.domain,
+		Disks:            disks,
+		Roles:            roles,
+		DirectoryPeers:   peers,
+		Faults:           fc,
+		Tract:            tractOpts,
+		MetadataReplicas: f.metaReplicas,
+		Log:              a.logConfig,
+		Logger:           a.logger,
+		Timeouts:         f.timeouts,
+		TLS:              f.tls,
+		Insecure:         f.insecure,
+		PProf:            f.pprof,
 	}
 	return cfg.Normalize()
 }

@@ -53,6 +53,11 @@ type Options struct {
 	// voters. Zero: as saved, or DefaultDirectoryVoters (at most Nodes).
 	// Changing it for an existing cluster is an error.
 	DirectoryVoters int
+	// MetadataReplicas is how many replicas each metadata extent gets
+	// (every server's --metadata-replicas): 2f+1 survive f lost nodes.
+	// Zero: as saved, or the server's default (3). It is chosen when the
+	// cluster is created; changing it later is an error.
+	MetadataReplicas int
 	// Binary is the arbor executable (required): os.Executable() for
 	// arbor dev, devclustertest.Binary in tests.
 	Binary string
@@ -237,20 +242,25 @@ func (c *Cluster) loadOrCreateLayout() (*layout, error) {
 		if voters > n {
 			return nil, fmt.Errorf("devcluster: %d directory voters for %d nodes", voters, n)
 		}
+		if err := checkMetadataReplicas(c.opts.MetadataReplicas, n); err != nil {
+			return nil, fmt.Errorf("devcluster: %w", err)
+		}
 		id, err := newClusterID()
 		if err != nil {
 			return nil, err
 		}
-		l = &layout{FormatVersion: layoutFormatVersion, ClusterID: id}
+		l = &layout{FormatVersion: layoutFormatVersion, ClusterID: id, MetadataReplicas: c.opts.MetadataReplicas}
+		c.logger.Info("new dev cluster", "cluster", id, "nodes", n, "directory_voters", voters, "metadata_replicas", l.metadataReplicas(), "dir", c.dir)
 		for i := 1; i <= n; i++ {
 			l.Nodes = append(l.Nodes, newNodeLayout(uint64(i), i <= voters))
 		}
-		c.logger.Info("new dev cluster", "cluster", id, "nodes", n, "directory_voters", voters, "dir", c.dir)
 	} else {
 		voters := len(l.voters())
 		switch {
 		case c.opts.DirectoryVoters != 0 && c.opts.DirectoryVoters != voters:
 			return nil, fmt.Errorf("devcluster: %s holds a cluster with %d directory voters, not %d", c.dir, voters, c.opts.DirectoryVoters)
+		case c.opts.MetadataReplicas != 0 && c.opts.MetadataReplicas != l.metadataReplicas():
+			return nil, fmt.Errorf("devcluster: %s holds a cluster with %d metadata replicas, not %d (fixed when the cluster was created)", c.dir, l.metadataReplicas(), c.opts.MetadataReplicas)
 		case c.opts.Nodes != 0 && c.opts.Nodes < len(l.Nodes):
 			return nil, fmt.Errorf("devcluster: %s holds a %d-node cluster; it cannot shrink to %d (decommission nodes instead)", c.dir, len(l.Nodes), c.opts.Nodes)
 		}
@@ -460,6 +470,9 @@ func (c *Cluster) serverArgs(n nodeLayout) []string {
 	}
 	if n.isGateway() {
 		args = append(args, "--nfs-listen="+n.NFSAddr)
+	}
+	if r := c.layout.MetadataReplicas; r != 0 {
+		args = append(args, "--metadata-replicas="+strconv.Itoa(r))
 	}
 	args = append(args, c.tlsArgs(n.ID)...)
 	if c.opts.PProf {

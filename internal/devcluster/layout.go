@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/arbor-storage/arbor/internal/extent"
 )
 
 // Files in a cluster directory.
@@ -51,6 +53,9 @@ type layout struct {
 	// Insecure: the servers run with --insecure (Options.Insecure of the
 	// last Open), so clients dial them in plain text.
 	Insecure bool `json:"insecure,omitempty"`
+	// MetadataReplicas is every node's --metadata-replicas (0: the
+	// server's default), chosen when the cluster is created.
+	MetadataReplicas int `json:"metadata_replicas,omitempty"`
 }
 
 type nodeLayout struct {
@@ -175,6 +180,33 @@ func (l *layout) validate() error {
 	}
 	if len(l.voters()) == 0 {
 		return errors.New("no directory voters")
+	}
+	if err := checkMetadataReplicas(l.MetadataReplicas, len(l.Nodes)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// metadataReplicas is the cluster's metadata replicas.
+func (l *layout) metadataReplicas() int {
+	if l.MetadataReplicas == 0 {
+		return extent.DefaultReplication
+	}
+	return l.MetadataReplicas
+}
+
+// checkMetadataReplicas checks a cluster's metadata replicas (0: the
+// default) against its node count.
+func checkMetadataReplicas(r, nodes int) error {
+	switch {
+	case r == 0:
+		return nil
+	case r < 0 || r > extent.MaxReplication:
+		return fmt.Errorf("%d metadata replicas: want 1 to %d", r, extent.MaxReplication)
+	case r%2 == 0:
+		return fmt.Errorf("%d metadata replicas: use an odd number (a Raft majority of an even group tolerates no more failures)", r)
+	case r > nodes:
+		return fmt.Errorf("%d metadata replicas for %d nodes: each replica needs a node of its own", r, nodes)
 	}
 	return nil
 }

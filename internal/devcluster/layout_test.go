@@ -107,3 +107,56 @@ func TestIsArborServerRejectsOtherProcesses(t *testing.T) {
 		t.Fatal("a pid that cannot exist is alive")
 	}
 }
+
+// TestMetadataReplicas: a new cluster keeps the metadata replicas it was
+// opened with (and gives them to every server), an existing one refuses
+// another value, and bad values are refused with nothing saved.
+func TestMetadataReplicas(t *testing.T) {
+	for _, x := range []struct {
+		r, nodes int
+		want     string
+	}{
+		{2, 5, "use an odd number"}, {-1, 5, "want 1 to 7"}, {9, 9, "want 1 to 7"}, {5, 3, "5 metadata replicas for 3 nodes"},
+	} {
+		dir := t.TempDir()
+		_, err := Open(Options{Dir: dir, Binary: "/bin/true", Nodes: x.nodes, MetadataReplicas: x.r, Insecure: true})
+		if err == nil || !strings.Contains(err.Error(), x.want) {
+			t.Errorf("%d metadata replicas on %d nodes: %v, want %q", x.r, x.nodes, err, x.want)
+		}
+		if _, ok, _ := loadLayout(dir); ok {
+			t.Errorf("%d metadata replicas on %d nodes: refused, yet a layout was saved", x.r, x.nodes)
+		}
+	}
+	dir := t.TempDir()
+	c, err := Open(Options{Dir: dir, Binary: "/bin/true", Nodes: 7, MetadataReplicas: 5, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(c.serverArgs(c.layout.Nodes[6]), " ")
+	c.lock.Close()
+	if !strings.Contains(args, "--metadata-replicas=5") {
+		t.Fatalf("server args %q lack --metadata-replicas=5", args)
+	}
+	for _, r := range []int{0, 5} {
+		c, err := Open(Options{Dir: dir, Binary: "/bin/true", MetadataReplicas: r, Insecure: true})
+		if err != nil {
+			t.Fatalf("reopen with %d metadata replicas: %v", r, err)
+		}
+		if got := c.layout.metadataReplicas(); got != 5 {
+			t.Fatalf("reopened with %d: %d metadata replicas, want the saved 5", r, got)
+		}
+		c.lock.Close()
+	}
+	if _, err := Open(Options{Dir: dir, Binary: "/bin/true", MetadataReplicas: 3, Insecure: true}); err == nil || !strings.Contains(err.Error(), "holds a cluster with 5 metadata replicas, not 3") {
+		t.Fatalf("reopen with 3 metadata replicas: %v", err)
+	}
+	// A default cluster passes nothing (the server's default, 3).
+	dir = t.TempDir()
+	if c, err = Open(Options{Dir: dir, Binary: "/bin/true", Nodes: 3, Insecure: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.lock.Close()
+	if args := strings.Join(c.serverArgs(c.layout.Nodes[0]), " "); strings.Contains(args, "--metadata-replicas") || c.layout.metadataReplicas() != 3 {
+		t.Fatalf("default cluster: args %q, %d metadata replicas", args, c.layout.metadataReplicas())
+	}
+}

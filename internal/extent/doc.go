@@ -6,7 +6,14 @@
 // An extent is an array of pages, grouped in blocks, replicated by one
 // Raft group of the replication engine (internal/raftengine). Its
 // geometry (page size, block size, extent size, replication) is fixed at
-// creation and carried in the group's descriptor. The only way to change
+// creation and carried in the group's descriptor. The extents a cluster
+// creates for itself get the replication of `arbor server
+// --metadata-replicas` (default DefaultReplication, 3; `arbor dev
+// --metadata-replicas`), chosen when the cluster is created: they hold
+// every file system's metadata and the KV store, and 2f+1 replicas
+// survive f lost nodes. A file system whose data survives more (an
+// ec:D+P layout survives P) needs 2P+1 (internal/meta refuses the layout
+// otherwise). The only way to change
 // anything is a multi-page store-conditional (MPSC): up to 15 elements
 // (conditional page writes, slot checks, block allocations and frees),
 // applied atomically or not at all.

@@ -39,8 +39,8 @@ const (
 	// maxExtentSizeBytes bounds an extent (pages are allocated lazily, so
 	// this is an address space, not a reservation).
 	maxExtentSizeBytes = 1 << 40
-	// maxReplication bounds an extent's raft group.
-	maxReplication = 7
+	// MaxReplication bounds an extent's raft group.
+	MaxReplication = 7
 )
 
 // Default geometry of the extents a new cluster creates for itself.
@@ -81,8 +81,8 @@ func (g Geometry) Validate() error {
 		return fmt.Errorf("block size %d: must be a multiple of the page size %d, at most %d", b, p, maxBlockSizeBytes)
 	case e < b || e > maxExtentSizeBytes || e%b != 0:
 		return fmt.Errorf("extent size %d: must be a multiple of the block size %d, at most %d", e, b, uint64(maxExtentSizeBytes))
-	case g.Replication < 1 || g.Replication > maxReplication:
-		return fmt.Errorf("replication %d: must be in [1, %d]", g.Replication, maxReplication)
+	case g.Replication < 1 || g.Replication > MaxReplication:
+		return fmt.Errorf("replication %d: must be in [1, %d]", g.Replication, MaxReplication)
 	}
 	return nil
 }

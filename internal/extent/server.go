@@ -423,9 +423,9 @@ func (s *Server) CreateReplica(ctx context.Context, req *pb.CreateReplicaRequest
 		return nil, statusError(&pb.Error{Code: pb.Code_CODE_INVALID_ARGUMENT, ExtentId: req.ExtentId,
 			Message: fmt.Sprintf("node %d is not among the voters %v", s.self, req.Voters)})
 	}
-	if len(req.Voters) > maxReplication {
+	if len(req.Voters) > MaxReplication {
 		return nil, statusError(&pb.Error{Code: pb.Code_CODE_INVALID_ARGUMENT, ExtentId: req.ExtentId,
-			Message: fmt.Sprintf("%d voters, limit %d", len(req.Voters), maxReplication)})
+			Message: fmt.Sprintf("%d voters, limit %d", len(req.Voters), MaxReplication)})
 	}
 	err = s.e.CreateGroup(ctx, desc, req.Voters)
 	if errors.Is(err, raftengine.ErrGroupExists) {

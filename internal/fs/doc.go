@@ -97,7 +97,9 @@
 // record holds it (`arbor fs create --data ec:5+2`), and the mount's
 // TractData (WithLayout) creates every new blob with it, so a file system
 // can keep its file data erasure-coded (DESIGN §2.9) while its metadata
-// stays replicated. The block map gives each block of the file a tract; blocks are
+// stays replicated (the metadata server refuses a layout that survives
+// more lost nodes than the metadata's extents and directory do: ec:D+P
+// needs 2P+1 replicas of each, `arbor dev --metadata-replicas`). The block map gives each block of the file a tract; blocks are
 // small first and grow with the offset (blocks.go). A tract is written
 // once and never changed: a flush writes every changed block to new tracts
 // (allocated by the blob's atomic extend), then points the block map at

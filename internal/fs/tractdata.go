@@ -50,16 +50,17 @@ func NewTractData(ctx context.Context, c *tract.Client, replication int) (*Tract
 // CheckLayout parses a file system's data layout (replicas:K or ec:D+P,
 // tract.ParseLayout) and checks that the cluster can hold it (enough
 // failure domains for ec:D+P: tract.Client.CheckLayout); it returns the
-// layout's canonical form.
-func (d *TractData) CheckLayout(ctx context.Context, layout string) (string, error) {
+// layout's canonical form and how many lost failure domains its blobs
+// survive (tract.Layout.Survives).
+func (d *TractData) CheckLayout(ctx context.Context, layout string) (string, int, error) {
 	l, err := tract.ParseLayout(layout)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if err := d.c.CheckLayout(ctx, l); err != nil {
-		return "", fmt.Errorf("data layout %s: %w", l, err)
+		return "", 0, fmt.Errorf("data layout %s: %w", l, err)
 	}
-	return l.String(), nil
+	return l.String(), l.Survives(), nil
 }
 
 // WithLayout returns a view of d whose new blobs have the given layout

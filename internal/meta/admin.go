@@ -48,10 +48,59 @@ func (s *Server) CreateFileSystem(ctx context.Context, req *pb.CreateFileSystemR
 }
 
 // layoutChecker is the data store's check of a file system's data
-// layout (fs.TractData.CheckLayout): it returns the canonical form, or
-// why the cluster cannot hold it.
+// layout (fs.TractData.CheckLayout): it returns the canonical form and
+// how many lost failure domains the layout's blobs survive, or why the
+// cluster cannot hold it.
 type layoutChecker interface {
-	CheckLayout(ctx context.Context, layout string) (string, error)
+	CheckLayout(ctx context.Context, layout string) (string, int, error)
+}
+
+// metadataSurvival is how many lost nodes every piece of the cluster's
+// metadata survives (a Raft group of n survives (n-1)/2): the directory
+// group and the extents that hold the file systems' metadata, and which
+// of them survives the fewest.
+func (s *Server) metadataSurvival(ctx context.Context) (int, string, error) {
+	st, err := s.cfg.Directory.Status(ctx, &dpb.StatusRequest{})
+	if err != nil {
+		return 0, "", fmt.Errorf("meta: the directory's status: %w", directoryError(err))
+	}
+	n := len(st.GetVoters())
+	least, why := (n-1)/2, fmt.Sprintf("the directory has %d voters", n)
+	var after uint64
+	for range maxExtentPages {
+		resp, err := s.cfg.Directory.ListExtents(ctx, &dpb.ListExtentsRequest{StartAfter: after})
+		if err != nil {
+			return 0, "", fmt.Errorf("meta: list the metadata extents: %w", directoryError(err))
+		}
+		for _, e := range resp.GetExtents() {
+			if r := int(e.GetGeometry().GetReplication()); (r-1)/2 < least {
+				least, why = (r-1)/2, fmt.Sprintf("metadata extent %d has %d replicas", e.GetExtentId(), r)
+			}
+		}
+		if !resp.GetMore() || len(resp.GetExtents()) == 0 {
+			break
+		}
+		after = resp.GetExtents()[len(resp.GetExtents())-1].GetExtentId()
+	}
+	return least, why, nil
+}
+
+// maxExtentPages bounds the pages of ListExtents metadataSurvival reads.
+const maxExtentPages = 1024
+
+// checkLayoutSurvival refuses a data layout whose blobs survive more lost
+// nodes than the file system's metadata: its files would outlive the
+// file system that names them.
+func (s *Server) checkLayoutSurvival(ctx context.Context, layout string, survives int) error {
+	least, why, err := s.metadataSurvival(ctx)
+	if err != nil {
+		return err
+	}
+	if survives > least {
+		return invalidf("data layout %s survives %d lost nodes, but this cluster's metadata survives %d (%s; 2f+1 survive f): create the cluster with --metadata-replicas %d and %d directory voters or more",
+			layout, survives, least, why, 2*survives+1, 2*survives+1)
+	}
+	return nil
 }
 
 func (s *Server) createFileSystem(ctx context.Context, name, layout string) (*dpb.FileSystem, bool, error) {
@@ -66,9 +115,13 @@ func (s *Server) createFileSystem(ctx context.Context, name, layout string) (*dp
 		if !ok {
 			return nil, false, invalidf("data layout %q: this metadata server's data store has a single layout", layout)
 		}
+		var survives int
 		var err error
-		if layout, err = lc.CheckLayout(ctx, layout); err != nil {
+		if layout, survives, err = lc.CheckLayout(ctx, layout); err != nil {
 			return nil, false, invalidf("%v", err)
+		}
+		if err := s.checkLayoutSurvival(ctx, layout, survives); err != nil {
+			return nil, false, err
 		}
 	}
 	created := true

@@ -40,6 +40,10 @@ type Directory interface {
 	GrantLease(ctx context.Context, req *dpb.GrantLeaseRequest) (*dpb.Lease, error)
 	RenewLease(ctx context.Context, req *dpb.RenewLeaseRequest) (*dpb.Lease, error)
 	ReleaseLease(ctx context.Context, req *dpb.ReleaseLeaseRequest) (*dpb.Lease, error)
+	// Status and ListExtents tell how many lost nodes the metadata
+	// survives (a file system's data layout may not survive more).
+	Status(ctx context.Context, req *dpb.StatusRequest) (*dpb.StatusResponse, error)
+	ListExtents(ctx context.Context, req *dpb.ListExtentsRequest) (*dpb.ListExtentsResponse, error)
 }
 
 var _ Directory = (*directory.Client)(nil)

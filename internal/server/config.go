@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arbor-storage/arbor/internal/extent"
 	"github.com/arbor-storage/arbor/internal/faults"
 	"github.com/arbor-storage/arbor/internal/security"
 	"github.com/arbor-storage/arbor/internal/tract"
@@ -139,6 +140,13 @@ type Config struct {
 	// cluster is created with (the directory records it once; later
 	// values are ignored) and its replication the TLT's k.
 	Tract tract.Options
+	// MetadataReplicas is the replication of the extents a new cluster
+	// creates (they hold every file system's metadata, the KV store and
+	// the tables' records): 2f+1 replicas survive f lost nodes. The
+	// directory leader's value when the cluster is created is what the
+	// cluster keeps (an extent's geometry never changes; later values are
+	// ignored). Zero: extent.DefaultReplication.
+	MetadataReplicas int
 	// Log says how to log; Logger, if set, is used instead.
 	Log    LogConfig
 	Logger *slog.Logger
@@ -176,6 +184,14 @@ const (
 	NodeKeyFileName  = "node.key"
 	CAFileName       = "ca.crt"
 )
+
+// MetadataGeometry is the geometry of the extents a new cluster creates:
+// the default one with MetadataReplicas replicas.
+func (c Config) MetadataGeometry() extent.Geometry {
+	g := extent.DefaultGeometry()
+	g.Replication = uint32(max(c.MetadataReplicas, 0))
+	return g
+}
 
 // HasRole reports whether the node runs role r.
 func (c Config) HasRole(r Role) bool { return slices.Contains(c.Roles, r) }
@@ -239,6 +255,9 @@ func (c Config) Normalize() (Config, error) {
 	if c.Log.Format == "" {
 		c.Log.Format = "text"
 	}
+	if c.MetadataReplicas == 0 {
+		c.MetadataReplicas = extent.DefaultReplication
+	}
 	def := DefaultTimeouts()
 	for _, f := range []struct{ v, d *time.Duration }{
 		{&c.Timeouts.Shutdown, &def.Shutdown}, {&c.Timeouts.RPC, &def.RPC},
@@ -279,6 +298,9 @@ func (c Config) validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data dir (--data-dir) must be set")
+	}
+	if err := c.MetadataGeometry().Validate(); err != nil || c.MetadataReplicas < 1 {
+		bad("metadata replicas (--metadata-replicas) %d: must be in [1, %d]", c.MetadataReplicas, extent.MaxReplication)
 	}
 	var listenPort int
 	if err := checkHostPort(c.ListenAddr, false); err != nil {

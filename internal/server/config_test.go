@@ -46,6 +46,9 @@ func TestNormalizeFillsDefaults(t *testing.T) {
 	if got.Log.Format != "text" {
 		t.Errorf("Log.Format = %q, want text", got.Log.Format)
 	}
+	if got.MetadataReplicas != 3 || got.MetadataGeometry().Replication != 3 {
+		t.Errorf("MetadataReplicas = %d, want the extent store's default 3", got.MetadataReplicas)
+	}
 	if got.DirectoryPeers[0].ID != 1 || got.DirectoryPeers[1].ID != 3 {
 		t.Errorf("DirectoryPeers = %v, want sorted by id", got.DirectoryPeers)
 	}
@@ -95,6 +98,8 @@ func TestValidateReportsEachProblem(t *testing.T) {
 			c.Timeouts.NodeDead = 2 * time.Second
 		}, "at least 3 heartbeat intervals"},
 		{"bad faults", func(c *Config) { c.Faults = faults.Config{FailRate: 2} }, "faults (--faults)"},
+		{"negative metadata replicas", func(c *Config) { c.MetadataReplicas = -1 }, "metadata replicas (--metadata-replicas) -1: must be in [1, 7]"},
+		{"too many metadata replicas", func(c *Config) { c.MetadataReplicas = 9 }, "metadata replicas (--metadata-replicas) 9: must be in [1, 7]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

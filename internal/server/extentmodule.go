@@ -41,6 +41,7 @@ func (m *extentModule) Init(_ context.Context, env *Env) error {
 		e := m.engine.Engine
 		mc = &extent.ManagerConfig{
 			Directory: dir,
+			Geometry:  env.Config.MetadataGeometry(),
 			IsLeader: func() bool {
 				st, err := e.Status(directory.GroupID)
 				return err == nil && st.IsLeader()

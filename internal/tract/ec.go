@@ -86,6 +86,15 @@ type Layout struct {
 // IsEC reports whether the layout is erasure-coded.
 func (l Layout) IsEC() bool { return l.EC.Data > 0 }
 
+// Survives is how many lost failure domains a blob of the layout
+// survives: P for ec:D+P, K-1 for K replicas.
+func (l Layout) Survives() int {
+	if l.IsEC() {
+		return l.EC.Parity
+	}
+	return max(l.Replicas-1, 0)
+}
+
 func (l Layout) String() string {
 	if l.IsEC() {
 		return l.EC.String()

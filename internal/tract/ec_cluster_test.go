@@ -11,14 +11,16 @@ import (
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/devcluster"
+	"github.com/arbor-storage/arbor/internal/testseed"
 	"github.com/arbor-storage/arbor/internal/tract"
 )
 
 // startECCluster starts a dev cluster whose TLT rows have 7 slots (room
-// for ec:5+2 stripes) and 5 directory voters (any 2 nodes may die).
+// for ec:5+2 stripes), 5 directory voters and 5-replica metadata extents
+// (any 2 nodes may die).
 func startECCluster(t *testing.T, nodes int) *harness {
 	t.Helper()
-	return startClusterWith(t, devcluster.Options{Nodes: nodes, DirectoryVoters: 5, ServerArgs: serverArgs,
+	return startClusterWith(t, devcluster.Options{Nodes: nodes, DirectoryVoters: 5, MetadataReplicas: 5, ServerArgs: serverArgs,
 		Env: []string{clusterTractEnv() + ",replication=7"}})
 }
 
@@ -85,8 +87,10 @@ func (h *harness) liveRowsInSync() (bool, string) {
 // TestClusterErasureCoded: on a 7-node dev cluster (7 failure domains, TLT
 // rows of 7), an ec:5+2 blob put with the CLI, and a tree of files written
 // through a FUSE mount of an ec:5+2 file system (arbor fs create --data;
-// ec:6+2 refused), read back byte-identical after kill -9 of two random
-// nodes: at once (degraded reads), after the directory repaired the TLT
+// ec:6+2 refused, and replicas:7, which would outlive the metadata),
+// read back byte-identical after kill -9 of two nodes drawn among all 7
+// (seeded, testseed: the metadata has 5 directory voters and 5-replica
+// extents, so any two may die): at once (degraded reads), after the directory repaired the TLT
 // (promoted primaries rebuilding their shard 0) and once the survivors
 // are in sync. Between the two kills, with one node dead and no server to
 // take its slots, stripes keep being written (acknowledged with 6 of 7
@@ -95,12 +99,27 @@ func (h *harness) liveRowsInSync() (bool, string) {
 // parity and `arbor fsck` the file system.
 func TestClusterErasureCoded(t *testing.T) {
 	h := startECCluster(t, 7)
+	var extents []struct {
+		ID       uint64   `json:"id"`
+		Replicas []uint64 `json:"replicas"`
+	}
+	if err := json.Unmarshal([]byte(h.arbor(false, "extent", "list", "--json")), &extents); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range extents {
+		if len(e.Replicas) != 5 {
+			t.Fatalf("extent %d has replicas %v; the cluster was made with --metadata-replicas 5", e.ID, e.Replicas)
+		}
+	}
+	if len(extents) == 0 {
+		t.Fatal("arbor extent list: no extents")
+	}
 	size := int64(40 << 20)
 	if long() {
 		size = 1 << 30
 	}
 	id, path := h.putEC(size)
-	seed := uint64(time.Now().UnixNano())
+	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 16))
 	// The file tree.
 	var tree map[string]string
@@ -119,10 +138,8 @@ func TestClusterErasureCoded(t *testing.T) {
 			t.Fatalf("%d new erasure-coded stripes after writing the tree; its files outside the metadata have at least %d tracts", after-before, least)
 		}
 	}
-	// Any two nodes for the blobs; for the file tree, two that hold no
-	// metadata extent together (its extents have 3 replicas: one lost of
-	// each is what the replicated metadata tolerates).
-	a, b := h.killPair(rng, tree != nil)
+	// Any two nodes of the 7 (the metadata has 5 replicas).
+	a, b := h.killPair(rng)
 	// A blob made before the failures, written with one node dead.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

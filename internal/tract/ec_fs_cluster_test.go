@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -125,35 +124,16 @@ func (m *ecMount) stop(h *harness) {
 	m.cmd = nil
 }
 
-// killPair draws two distinct nodes of the 7; with metadata, two that
-// are not both replicas of one extent (arbor extent list).
-func (h *harness) killPair(rng *rand.Rand, metadata bool) (uint64, uint64) {
-	h.t.Helper()
-	var extents []struct {
-		Replicas []uint64 `json:"replicas"`
+// killPair draws two distinct nodes of the 7, any two: the cluster's
+// metadata (5 directory voters, 5-replica extents) survives two lost
+// nodes as the ec:5+2 data does.
+func (h *harness) killPair(rng *rand.Rand) (uint64, uint64) {
+	a := uint64(1 + rng.IntN(7))
+	b := uint64(1 + rng.IntN(6))
+	if b >= a {
+		b++
 	}
-	if metadata {
-		if err := json.Unmarshal([]byte(h.arbor(false, "extent", "list", "--json")), &extents); err != nil {
-			h.t.Fatal(err)
-		}
-	}
-	for range 1000 {
-		a, b := uint64(1+rng.IntN(7)), uint64(1+rng.IntN(7))
-		if a == b {
-			continue
-		}
-		shared := false
-		for _, e := range extents {
-			if slices.Contains(e.Replicas, a) && slices.Contains(e.Replicas, b) {
-				shared = true
-			}
-		}
-		if !shared {
-			return a, b
-		}
-	}
-	h.t.Fatalf("no two nodes of 7 hold no extent together: %+v", extents)
-	return 0, 0
+	return a, b
 }
 
 // tryArbor runs an arbor command and returns its output and exit error.
@@ -294,13 +274,18 @@ func (h *harness) ecStripes() int {
 }
 
 // createECFS creates an ec:5+2 file system, after checking that a layout
-// wider than the cluster's failure domains is refused, and that fs list
-// shows the layout.
+// wider than the cluster's failure domains is refused, and one that
+// survives more lost nodes than the cluster's metadata (replicas:7 on
+// 5-replica extents), and that fs list shows the layout.
 func (h *harness) createECFS(name string) {
 	h.t.Helper()
 	out := h.arbor(true, "fs", "create", name, "--data", "ec:6+2")
 	if !strings.Contains(out, "ec:6+2 needs 8 tractservers") {
 		h.t.Fatalf("fs create --data ec:6+2 on 7 failure domains:\n%s", out)
+	}
+	out = h.arbor(true, "fs", "create", name, "--data", "replicas:7")
+	if !strings.Contains(out, "data layout replicas:7 survives 6 lost nodes, but this cluster's metadata survives 2") {
+		h.t.Fatalf("fs create --data replicas:7 on 5-replica metadata:\n%s", out)
 	}
 	h.arbor(false, "fs", "create", name, "--data", "ec:5+2")
 	var list []struct {
@@ -310,13 +295,7 @@ func (h *harness) createECFS(name string) {
 	if err := json.Unmarshal([]byte(h.arbor(false, "fs", "list", "--json")), &list); err != nil {
 		h.t.Fatal(err)
 	}
-	found := false
-	for _, f := range list {
-		if f.Name == name {
-			found = f.Data == "ec:5+2"
-		}
-	}
-	if !found {
-		h.t.Fatalf("fs list: %+v; want %s with data ec:5+2", list, name)
+	if len(list) != 1 || list[0].Name != name || list[0].Data != "ec:5+2" {
+		h.t.Fatalf("fs list: %+v; want only %s with data ec:5+2 (the refused layouts made nothing)", list, name)
 	}
 }
