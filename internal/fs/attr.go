@@ -307,11 +307,15 @@ func (f *FS) truncate(ctx context.Context, h Handle, size uint64) (Attr, error) 
 							// Cut in place, or (a snapshot shares it) an
 							// inline block cut as a new version: there is
 							// no tract to copy.
-							e.Length = keep
+							old := *e
 							if e.inline() {
+								if err := readInlineChunks(w.tx, k, h, cur.S, e); err != nil {
+									return err
+								}
 								e.Inline = e.Inline[:keep]
 							}
-							if err := w.put(key, cur, e.encode()); err != nil {
+							e.Length = keep
+							if _, err := w.putBlock(k, h, bs, cur, &old, *e); err != nil {
 								return err
 							}
 						case prepared != nil && preparedFrom.Blob == e.Blob && preparedFrom.Tract == e.Tract && preparedFrom.Length == e.Length:
@@ -400,7 +404,11 @@ func (f *FS) trim(ctx context.Context, h Handle) error {
 			return nil
 		}
 		mark := n.TrimFrom
-		starts, err := f.liveBlocks(ctx, h, mark-1, blocksPerTxn)
+		batch := blocksPerTxn
+		if mark-1 == 0 {
+			batch -= maxInlineChunks // the first block may be inline, with chunks to delete
+		}
+		starts, err := f.liveBlocks(ctx, h, mark-1, batch)
 		if err != nil {
 			return err
 		}
@@ -427,14 +435,14 @@ func (f *FS) trim(ctx context.Context, h Handle) error {
 				if !cur.live() {
 					continue
 				}
+				e, err := decodeBlockEntry(payload)
+				if err != nil {
+					return err
+				}
 				if !w.shared(cur) {
-					e, err := decodeBlockEntry(payload)
-					if err != nil {
-						return err
-					}
 					frees = append(frees, *e)
 				}
-				if err := w.del(key, cur); err != nil {
+				if err := w.delBlock(k, h, s, cur, e); err != nil {
 					return err
 				}
 			}

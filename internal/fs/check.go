@@ -176,6 +176,9 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 	progress("load", loaded, loaded)
 	// Version invariants.
 	for _, ck := range all {
+		if checkKind(ck) == kindInline {
+			continue // versioned by their block pair (inline.go): checked below
+		}
 		keep := neededVersions(ck.vs, live)
 		for i, kv := range ck.vs {
 			if !keep[i] {
@@ -187,6 +190,7 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 			}
 		}
 	}
+	checkInlineChunks(r, all)
 	orphans := map[Handle]bool{}
 	op := k.orphanPrefix()
 	err = f.meta.Scan(ctx, op, endOf(op), func(key, _ []byte) error {
@@ -490,4 +494,84 @@ func (f *FS) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error)
 type tractKey struct {
 	blob  GUID
 	tract uint64
+}
+
+// checkKind returns the kind of an object's key (0 if it is too short).
+func checkKind(ck *checkKey) uint64 {
+	if len(ck.t) < 5 {
+		return 0
+	}
+	kind, _ := asUint(ck.t[4])
+	return kind
+}
+
+// checkInlineChunks checks every version of every inline block pair
+// against its chunks (inline.go): each chunk its length says it has is
+// there at the pair's version and holds what it should, and every chunk
+// belongs to such a version.
+func checkInlineChunks(r *CheckReport, all []*checkKey) {
+	type chunkID struct {
+		h    Handle
+		i, s uint64
+	}
+	chunks := map[chunkID]int{} // chunk -> its data's length
+	for _, ck := range all {
+		if checkKind(ck) != kindInline {
+			continue
+		}
+		i, ok := uint64(0), len(ck.t) == 6
+		if ok {
+			i, ok = asUint(ck.t[5])
+		}
+		d, _ := asUint(ck.t[2])
+		c, _ := asUint(ck.t[3])
+		h := Handle{D: d, C: c}
+		for _, kv := range ck.vs {
+			_, payload, err := decodeVersioned(kv.value)
+			if err != nil || !ok || i == 0 || kv.v.Tombstone || kv.v.HasOlder {
+				r.problem(&r.Other, "inline chunk key %x version %d is malformed", ck.prefix, kv.v.S)
+				continue
+			}
+			chunks[chunkID{h, i, kv.v.S}] = len(payload)
+		}
+	}
+	for _, ck := range all {
+		if checkKind(ck) != kindBlock || len(ck.t) != 6 {
+			continue
+		}
+		if o, _ := asUint(ck.t[5]); o != 0 {
+			continue
+		}
+		d, _ := asUint(ck.t[2])
+		c, _ := asUint(ck.t[3])
+		h := Handle{D: d, C: c}
+		for _, kv := range ck.vs {
+			if kv.v.Tombstone {
+				continue
+			}
+			_, payload, err := decodeVersioned(kv.value)
+			if err != nil {
+				continue // the views report it
+			}
+			e, err := decodeBlockEntry(payload)
+			if err != nil || !e.inline() {
+				continue
+			}
+			for i := uint64(1); i <= inlineChunks(e.Length); i++ {
+				id := chunkID{h, i, kv.v.S}
+				n, ok := chunks[id]
+				want := min(e.Length-i*InlineChunkBytes, InlineChunkBytes)
+				switch {
+				case !ok:
+					r.problem(&r.Dangling, "inline block of %v at version %d (%d bytes) has no chunk %d", h, kv.v.S, e.Length, i)
+				case uint64(n) != want:
+					r.problem(&r.Other, "inline chunk %d of %v at version %d holds %d bytes, want %d", i, h, kv.v.S, n, want)
+				}
+				delete(chunks, id)
+			}
+		}
+	}
+	for id, n := range chunks {
+		r.problem(&r.Leaked, "inline chunk %d of %v at version %d (%d bytes) belongs to no inline block", id.i, id.h, id.s, n)
+	}
 }

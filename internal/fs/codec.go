@@ -367,28 +367,39 @@ type blockEntry struct {
 	Length uint64
 	// Inline, if not nil, is the block's data itself, kept in the
 	// metadata (a small file: doc.go, Data); Tract is then no tract but a
-	// number that tells this write of the block from others.
+	// number that tells this write of the block from others. The pair
+	// stores its first InlineChunkBytes, its chunks the rest (inline.go):
+	// decoded from the pair alone it holds only that first part.
 	Inline []byte
 }
 
+// encode encodes the pair's value: of inline data, only the first
+// InlineChunkBytes (the rest goes in chunks, putBlock).
 func (x *blockEntry) encode() []byte {
-	e := newEncoder(32 + len(x.Inline))
+	first := x.Inline[:min(len(x.Inline), InlineChunkBytes)]
+	e := newEncoder(32 + len(first))
 	e.guid(x.Blob)
 	e.u(x.Tract)
 	e.u(x.Length)
 	if x.Inline != nil {
 		e.u(1)
-		e.str(string(x.Inline))
+		e.str(string(first))
 	}
 	return e.b
 }
 
+// decodeBlockEntry decodes a pair's value; an inline entry's Inline is
+// then its first part (readInlineChunks reads the rest).
 func decodeBlockEntry(b []byte) (*blockEntry, error) {
 	d := newDecoder("block", b)
 	x := &blockEntry{Blob: d.guid(), Tract: d.u(), Length: d.bounded(maxTractBytes, "length")}
 	if d.err == nil && len(d.b) > 0 && d.bounded(1, "inline flag") == 1 {
-		x.Inline = d.raw(MaxInlineBytes, "inline data")
-		if d.err == nil && uint64(len(x.Inline)) != x.Length {
+		x.Inline = d.raw(InlineChunkBytes, "inline data")
+		switch {
+		case d.err != nil:
+		case x.Length > MaxInlineBytes:
+			d.fail("inline block of more than the inline bound")
+		case uint64(len(x.Inline)) != min(x.Length, InlineChunkBytes):
 			d.fail("inline data of another length than the block's")
 		}
 	}

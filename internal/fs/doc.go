@@ -30,6 +30,8 @@
 //	F, 1, D, C, 5, o, -S block map: the block at offset o -> blob, tract, length
 //	F, 1, D, C, 6, X, -S extended attribute X
 //	F, 1, D, C, 7, i, -S chunk i of a long symlink target
+//	F, 1, D, C, 8, i, -S chunk i of a small file's inline data, of the
+//	                     block pair version at S (inline.go)
 //	F, 2, D, C           orphan: an object with no name left, to reclaim
 //	F, 3, guid           a blob to delete from the data store
 //	F, 4, mount          a mount's session (it may hold orphans open)
@@ -119,17 +121,27 @@
 // Other clients see the data once flushed and re-opened (close-to-open
 // consistency): an open drops the client's cached block map.
 //
-// A small file (at most MaxInlineBytes, 3.5 KiB: half the files of a
-// Linux source tree) keeps its bytes inline: its only block's pair holds
-// the data itself (blockEntry.Inline), and its Tract is a number the
-// writer chose to tell its writes apart. Its flush is one metadata
-// commit: no blob, no extend, no tract. It has no blob until it grows,
-// when its first flush past the bound writes block 0 to a tract like any
-// other (the inline pair is its base). Snapshots version the pair like
-// any other, truncate cuts the data in place (a snapshot's version is a
-// new pair, with no tract to copy), fsck counts inline pairs and checks
-// they are the first and only block of a small file, and nothing frees a
-// tract for them.
+// A small file (at most MaxInlineBytes, 16 KiB: 82% of the files of a
+// Linux source tree, exactly its first block) keeps its bytes inline,
+// next to its inode: its first block's pair holds the first
+// InlineChunkBytes of the data itself (blockEntry.Inline), and chunks
+// F, 1, D, C, 8, i hold the rest, each at the pair's version (inline.go):
+// written, rewritten in place or copied on write, and deleted in the same
+// transaction as the pair, so a reader of the pair version at S reads the
+// chunks at S. Its Tract is a number the writer chose to tell its writes
+// apart. Its flush is one metadata commit: no blob, no extend, no tract.
+// It has no blob until it grows: a flush that writes the first block while
+// the file is larger than MaxInlineBytes writes it to a tract like any
+// other (the inline pair is its base), and a flush that writes only the
+// first block of a file of at most MaxInlineBytes puts it inline again (a
+// file truncated back to a small one goes back into the metadata at its
+// next write, its tract freed). Snapshots version the pair and its chunks
+// together, truncate cuts the data in place (a snapshot's version is a new
+// pair with new chunks, no tract to copy), the sweep deletes a version's
+// chunks with it, fsck counts inline pairs, checks they are the first
+// block of a regular file, that every chunk their length calls for is
+// there with its length at their version, and that no chunk belongs to no
+// inline version; and nothing frees a tract for them.
 //
 // A data hold (SetHold, attr.go) lets a client's close return before its
 // flush: the client records in the inode that its session still has the

@@ -303,11 +303,41 @@ func (f *FS) blockRefs(ctx context.Context, h Handle, starts []uint64) ([]BlockR
 	if err != nil {
 		return nil, err
 	}
+	if b := found[0]; b.Found && b.Inline != nil && inlineChunks(b.Length) > 0 {
+		// The pair and its chunks in one transaction: a pair changed in
+		// place has its chunks rewritten in place (inline.go).
+		if found[0], err = f.inlineBlock(ctx, h); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]BlockRef, len(starts))
 	for i, s := range starts {
 		out[i] = found[s]
 	}
 	return out, nil
+}
+
+// inlineBlock reads h's first block pair and, if it is inline, all its
+// data, at the FS's read snapshot.
+func (f *FS) inlineBlock(ctx context.Context, h Handle) (BlockRef, error) {
+	var b BlockRef
+	err := f.view(ctx, func(tx MetaTxn, s uint64) error {
+		b = BlockRef{}
+		v, payload, err := readAt(tx, f.keys.block(h, 0), s)
+		if err != nil || !v.live() {
+			return err
+		}
+		e, err := decodeBlockEntry(payload)
+		if err != nil {
+			return err
+		}
+		if err := readInlineChunks(tx, f.keys, h, v.S, e); err != nil {
+			return err
+		}
+		b = BlockRef{Found: true, S: v.S, Tract: e.Tract, Length: e.Length, Inline: e.Inline}
+		return nil
+	})
+	return b, err
 }
 
 // Commit is what a block commit also sets: the file's size (at least),
@@ -405,19 +435,18 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 			}
 		}
 		for i, b := range blocks {
-			key := k.block(h, b.Start)
-			cur, payload, err := w.current(key)
+			cur, payload, err := w.current(k.block(h, b.Start))
 			if err != nil {
 				return err
 			}
 			got := BlockRef{Found: cur.live(), S: cur.S}
+			var old *blockEntry
 			if cur.live() {
-				e, err := decodeBlockEntry(payload)
-				if err != nil {
+				if old, err = decodeBlockEntry(payload); err != nil {
 					return err
 				}
-				got.Tract, got.Length, got.Inline = e.Tract, e.Length, e.Inline
-				if e.Blob != blob {
+				got.Tract, got.Length, got.Inline = old.Tract, old.Length, old.Inline
+				if old.Blob != blob {
 					return ErrRaced
 				}
 			}
@@ -425,10 +454,11 @@ func (f *FS) CommitBlocks(ctx context.Context, h Handle, blob GUID, blocks []New
 				return ErrRaced
 			}
 			e := blockEntry{Blob: blob, Tract: b.Tract, Length: b.Length, Inline: b.Inline}
-			out.Blocks[i] = BlockRef{Found: true, S: w.putVersion(cur), Tract: b.Tract, Length: b.Length, Inline: b.Inline}
-			if err := w.put(key, cur, e.encode()); err != nil {
+			s, err := w.putBlock(k, h, b.Start, cur, old, e)
+			if err != nil {
 				return err
 			}
+			out.Blocks[i] = BlockRef{Found: true, S: s, Tract: b.Tract, Length: b.Length, Inline: b.Inline}
 			if cur.live() && !w.shared(cur) && got.Inline == nil {
 				frees = append(frees, blockEntry{Blob: blob, Tract: got.Tract, Length: got.Length})
 			}

@@ -16,6 +16,9 @@ func FuzzDecoders(f *testing.F) {
 	f.Add((&dirent{H: Handle{D: 1, C: 2}, Type: sIFREG, Cookie: 9}).encode())
 	f.Add((&cookieEntry{H: Handle{D: 1, C: 2}, Type: sIFDIR, Name: "n"}).encode())
 	f.Add((&blockEntry{Blob: GUID{2}, Tract: 3, Length: 4}).encode())
+	f.Add((&blockEntry{Tract: 3, Length: 5, Inline: []byte("small")}).encode())
+	// A file of MaxInlineBytes: the pair holds its first part (inline.go).
+	f.Add((&blockEntry{Tract: 3, Length: MaxInlineBytes, Inline: make([]byte, MaxInlineBytes)}).encode())
 	f.Add((&orphanRecord{Mount: 7, Since: 8}).encode())
 	f.Add((&sessionRecord{Seen: 9}).encode())
 	f.Add((&snapshotRecord{Name: "s", Created: 1}).encode())

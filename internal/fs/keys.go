@@ -26,6 +26,7 @@ const (
 	kindBlock   = 5
 	kindXattr   = 6
 	kindSymlink = 7
+	kindInline  = 8
 )
 
 // Handle names an object of a file system (FSS §4): D is the directory it
@@ -89,6 +90,12 @@ func (k keys) xattrPrefix(h Handle) []byte { return tuple.AppendUint(k.object(h)
 
 func (k keys) xattr(h Handle, name string) []byte {
 	return tuple.AppendBytes(k.xattrPrefix(h), []byte(name))
+}
+
+// inlineChunk is chunk i (from 1: chunk 0 is in the block pair) of a
+// small file's inline data; its versions are its block pair's (inline.go).
+func (k keys) inlineChunk(h Handle, i uint64) []byte {
+	return tuple.AppendUint(tuple.AppendUint(k.object(h), kindInline), i)
 }
 
 func (k keys) symlinkChunk(h Handle, i uint64) []byte {

@@ -307,6 +307,13 @@ func (f *FS) SweepRangeProgress(ctx context.Context, r DRange, progress func(key
 
 // sweepKey removes the unneeded versions of one key.
 func (f *FS) sweepKey(ctx context.Context, prefix []byte, vs []keyVersion, live *snapSet, stats *SweepStats) error {
+	kind, h, err := objectKind(prefix)
+	if err != nil {
+		return err
+	}
+	if kind == kindInline {
+		return nil // removed with the block pair version they belong to (inline.go)
+	}
 	keep := neededVersions(vs, live)
 	var drop []keyVersion
 	kept := 0
@@ -321,14 +328,14 @@ func (f *FS) sweepKey(ctx context.Context, prefix []byte, vs []keyVersion, live 
 		return nil
 	}
 	stats.Candidates++
-	kind, h, err := objectKind(prefix)
-	if err != nil {
-		return err
-	}
 	var queued GUID
 	skipped := 0
-	for lo := 0; lo < len(drop); lo += blocksPerTxn {
-		batch := drop[lo:min(len(drop), lo+blocksPerTxn)]
+	perTxn := blocksPerTxn
+	if kind == kindBlock {
+		perTxn = blocksPerTxn / (1 + maxInlineChunks) // a version may be inline, with chunks to delete
+	}
+	for lo := 0; lo < len(drop); lo += perTxn {
+		batch := drop[lo:min(len(drop), lo+perTxn)]
 		lastBatch := lo+len(batch) == len(drop)
 		var frees []blockEntry
 		var removed int
@@ -357,6 +364,11 @@ func (f *FS) sweepKey(ctx context.Context, prefix []byte, vs []keyVersion, live 
 						return err
 					}
 					frees = append(frees, *e)
+					if e.inline() {
+						if err := deleteInlineChunks(tx, f.keys, h, kv.v.S, e.Length); err != nil {
+							return err
+						}
+					}
 				}
 			}
 			if err := f.queueFrees(tx, frees); err != nil {
