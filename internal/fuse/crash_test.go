@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/arbor-storage/arbor/internal/fs"
 )
 
 // crashWriterEnv, set to "DIR:LOG", makes this test binary a writer
@@ -29,10 +31,12 @@ const (
 )
 
 // crashFile is file i's path under dir and its content: sizes from a few
-// bytes (kept inline in the metadata) to several tracts' worth.
+// bytes (kept inline in the metadata: in the block pair alone, with one
+// chunk, with all of them at fs.MaxInlineBytes) to several tracts' worth.
 func crashFile(dir string, i int) (string, []byte) {
 	p := filepath.Join(dir, fmt.Sprintf("d%03d", i/crashFilesPerDir), fmt.Sprintf("f%05d", i))
-	n := []int{7, 900, 3000, 5000, 20000, 70000}[i%6]
+	sizes := []int{7, 900, 3000, 5000, fs.MaxInlineBytes, 20000, 70000}
+	n := sizes[i%len(sizes)]
 	line := fmt.Sprintf("file %d of the crash test\n", i)
 	return p, bytes.Repeat([]byte(line), n/len(line)+1)[:n]
 }

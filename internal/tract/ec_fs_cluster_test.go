@@ -147,7 +147,7 @@ func (h *harness) tryArbor(args ...string) (string, error) {
 // MiB tracts, one stripe each): empty, inline-sized (kept in the
 // metadata), partial stripes, whole stripes and several stripes with a
 // partial last one.
-var ecTreeSizes = []int{0, 1, 3000, 3584, 3585, 70 << 10, 1 << 20, 1<<20 + 7, 5<<20 + 12345, 9 << 20}
+var ecTreeSizes = []int{0, 1, 3000, arborfs.MaxInlineBytes, arborfs.MaxInlineBytes + 1, 70 << 10, 1 << 20, 1<<20 + 7, 5<<20 + 12345, 9 << 20}
 
 // ecTreeTracts is the least number of tracts the tree's files outside the
 // metadata take (more if their blocks start small).

@@ -299,6 +299,13 @@ func (r *modelRun) check(what string, err error, want syscall.Errno) {
 	}
 }
 
+// boundary returns a size at or next to a boundary of inline data: 0,
+// the chunks' edges, fs.MaxInlineBytes, the first block's end.
+func (r *modelRun) boundary() int {
+	edges := []int{0, fs.InlineChunkBytes, 2 * fs.InlineChunkBytes, fs.MaxInlineBytes, fs.MaxInlineBytes + fs.InlineChunkBytes}
+	return max(0, edges[r.rng.IntN(len(edges))]+r.rng.IntN(3)-1)
+}
+
 func isDirNode(n *mNode) bool  { return n != nil && n.isDir() }
 func isFileNode(n *mNode) bool { return n != nil && n.typ == syscall.S_IFREG }
 
@@ -439,6 +446,16 @@ func (r *modelRun) step() {
 		h := r.handleOf(p)
 		off := r.rng.IntN(300 << 10)
 		buf := make([]byte, r.rng.IntN(20<<10)+1)
+		if r.rng.IntN(2) == 0 {
+			// A small file's sizes: its data ends at or next to a
+			// boundary of inline data (fs.MaxInlineBytes, its chunks).
+			end := r.boundary()
+			off = r.rng.IntN(end + 1)
+			if r.rng.IntN(2) == 0 {
+				off = 0
+			}
+			buf = make([]byte, max(1, end-off))
+		}
 		for i := range buf {
 			buf[i] = byte(r.rng.Uint32())
 		}
@@ -458,6 +475,9 @@ func (r *modelRun) step() {
 			return
 		}
 		size := r.rng.IntN(len(n.data) + 40<<10)
+		if r.rng.IntN(2) == 0 {
+			size = r.boundary() // back to (or around) a small file's sizes
+		}
 		_, err := r.f.SetAttr(ctx, r.handleOf(p), fs.SetAttrIn{Valid: fs.SetSize, Size: uint64(size)})
 		r.ops["truncate"]++
 		r.check("truncate", err, 0)
