@@ -51,7 +51,8 @@ type CheckReport struct {
 	Dangling      int // names whose object is missing
 	// Lost counts blocks whose acknowledged data is gone: a tract holding
 	// fewer bytes than its block says, past its blob's end, or of a blob
-	// that no longer exists. LostData holds the first of those findings
+	// that no longer exists; an inline block's chunk missing or short.
+	// LostData holds the first of those findings
 	// (they are in Problems too), so a checker such as the nemesis can
 	// tell lost data from other problems without reading the text.
 	Lost      int
@@ -563,9 +564,9 @@ func checkInlineChunks(r *CheckReport, all []*checkKey) {
 				want := min(e.Length-i*InlineChunkBytes, InlineChunkBytes)
 				switch {
 				case !ok:
-					r.problem(&r.Dangling, "inline block of %v at version %d (%d bytes) has no chunk %d", h, kv.v.S, e.Length, i)
+					r.problem(&r.Lost, "inline block of %v at version %d (%d bytes) has no chunk %d", h, kv.v.S, e.Length, i)
 				case uint64(n) != want:
-					r.problem(&r.Other, "inline chunk %d of %v at version %d holds %d bytes, want %d", i, h, kv.v.S, n, want)
+					r.problem(&r.Lost, "inline chunk %d of %v at version %d holds %d bytes, want %d", i, h, kv.v.S, n, want)
 				}
 				delete(chunks, id)
 			}

@@ -260,12 +260,12 @@ func TestCheckFindsBrokenInlineChunks(t *testing.T) {
 			return ie.meta.Update(context.Background(), func(tx MetaTxn) error {
 				return tx.Delete(versioned(ie.f.keys.inlineChunk(h, 2), s))
 			})
-		}, func(r *CheckReport) int { return r.Dangling }},
+		}, func(r *CheckReport) int { return r.Lost }},
 		{"short", func(ie *inlineEnv, h Handle, s uint64) error {
 			return ie.meta.Update(context.Background(), func(tx MetaTxn) error {
 				return tx.Put(versioned(ie.f.keys.inlineChunk(h, 1), s), encodeVersioned(0, []byte("short")))
 			})
-		}, func(r *CheckReport) int { return r.Other }},
+		}, func(r *CheckReport) int { return r.Lost }},
 		{"orphan", func(ie *inlineEnv, h Handle, s uint64) error {
 			return ie.meta.Update(context.Background(), func(tx MetaTxn) error {
 				return tx.Put(versioned(ie.f.keys.inlineChunk(h, 4), s), encodeVersioned(0, []byte("nobody's")))
