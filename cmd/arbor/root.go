@@ -74,7 +74,7 @@ and a transactional key-value store over one replicated store.
 		newNodesCmd(a),
 		newVersionCmd(a),
 		newDebugCmd(a),
-		newExtentCmd(a),
+		newExtentCmd(a), newDirectoryCmd(a),
 		newBlobCmd(a), newTLTCmd(a),
 		newKVCmd(a),
 		newFSCmd(a), newSnapshotCmd(a), newMountCmd(a), newFsckCmd(a), newTableCmd(a),

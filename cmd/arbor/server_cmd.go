@@ -33,6 +33,7 @@ type serverFlags struct {
 	disks          string
 	roles          string
 	directoryPeers string
+	directoryJoin  bool
 	faults         string
 	tract          string
 	metaReplicas   int
@@ -92,6 +93,7 @@ Without them the server refuses to start unless --insecure is given.`,
 	fl.StringVar(&f.roles, "roles", string(server.RoleStorage)+","+string(server.RoleMeta), "comma-separated roles: directory, storage, meta, gateway")
 	fl.StringVar(&f.nfsListen, "nfs-listen", "127.0.0.1:2049", "address the gateway role serves NFSv3 and MOUNT on (host:port)")
 	fl.StringVar(&f.directoryPeers, "directory-peers", "", "the directory group: id=host:port,...")
+	fl.BoolVar(&f.directoryJoin, "directory-join", false, "a directory peer with a new (empty) data dir joins the running directory instead of bootstrapping it (after `arbor directory recover`)")
 	fl.StringVar(&f.tract, "tract", "", "tract store settings, e.g. tract-size=4MiB,replication=3 (default $"+tractEnv+"); the tract size is fixed when the cluster is created")
 	fl.IntVar(&f.metaReplicas, "metadata-replicas", extent.DefaultReplication, "replicas of each metadata extent (file systems' metadata, KV, tables) a new cluster creates: 2f+1 survive f lost nodes; fixed when the cluster is created")
 	fl.StringVar(&f.faults, "faults", "", "fault injection, e.g. fail=0.01,delay=0.05:1ms-20ms,dup=0.01,methods=REGEX,seed=N (default $"+faultsEnv+")")
@@ -153,6 +155,7 @@ func (f *serverFlags) config(a *app) (server.Config, error) {
 		Disks:            disks,
 		Roles:            roles,
 		DirectoryPeers:   peers,
+		DirectoryJoin:    f.directoryJoin,
 		Faults:           fc,
 		Tract:            tractOpts,
 		MetadataReplicas: f.metaReplicas,

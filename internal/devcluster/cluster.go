@@ -481,8 +481,9 @@ func (c *Cluster) serverArgs(n nodeLayout) []string {
 	return append(args, c.opts.ServerArgs...)
 }
 
-// startProcess starts node id's server without waiting for it.
-func (c *Cluster) startProcess(id uint64) error {
+// startProcess starts node id's server, with extra arguments, without
+// waiting for it.
+func (c *Cluster) startProcess(id uint64, extra ...string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -504,7 +505,7 @@ func (c *Cluster) startProcess(id uint64) error {
 	if err != nil {
 		return fmt.Errorf("devcluster: node %d: %w", id, err)
 	}
-	args := c.serverArgs(*n)
+	args := append(c.serverArgs(*n), extra...)
 	fmt.Fprintf(logFile, "=== devcluster %s: starting node %d: %s %s\n",
 		time.Now().Format(time.RFC3339Nano), id, c.opts.Binary, strings.Join(args, " "))
 	cmd := exec.Command(c.opts.Binary, args...)
@@ -647,13 +648,20 @@ func (c *Cluster) NFSAddrs() []string {
 // for health and so cannot reapply the node's partitions yet: use Restart,
 // or call Partition again once the node is up.
 func (c *Cluster) StartNode(ctx context.Context, id uint64) error {
+	return c.StartNodeWith(ctx, id)
+}
+
+// StartNodeWith is StartNode with extra `arbor server` arguments for this
+// start only, for example --directory-join for a directory peer that comes
+// back on an empty data dir.
+func (c *Cluster) StartNodeWith(ctx context.Context, id uint64, extra ...string) error {
 	if err := c.stopOrphan(id); err != nil {
 		return err
 	}
 	if err := c.reassignTakenPorts([]uint64{id}); err != nil {
 		return err
 	}
-	return c.startProcess(id)
+	return c.startProcess(id, extra...)
 }
 
 // Restart stops node id gracefully, starts it again, waits for the cluster

@@ -124,25 +124,35 @@
 // although extents and tracts keep serving what their clients already
 // know.
 //
-// The engine can make one survivor the only voter of the group, keeping
-// every entry it holds: raftengine.RecoverAloneOffline, on the stopped
-// node's store (the same rewrite `arbor extent recover` does online for an
-// extent, see raftengine/recover.go for what it keeps and loses). There is
-// deliberately no command for it yet, because the directory group's
-// membership is static: it is bootstrapped once from --directory-peers,
-// and no membership change re-grows it. A recovered one-voter directory
-// would therefore stay one voter, and the lost peers, restarted with new
-// disks and the same --directory-peers, would bootstrap a second group of
-// the old membership among themselves (two of three: a quorum), forking
-// the directory. The command becomes safe together with directory
-// membership changes (add a peer as a learner, catch it up by snapshot,
-// promote it; refuse to bootstrap a peer whose cluster already exists).
-// Until then recovery is an operator's procedure, cluster-wide and with no
-// command to wrap it: stop every node; on the most up-to-date surviving
-// peer (highest last term, then last index of group 1) apply
-// RecoverAloneOffline to its store; restart the whole cluster with
-// --directory-peers listing that peer alone (and the directory role on it
-// alone).
+// Recovery is an operator's command, never automatic (a dead majority cannot
+// be told from a cut-off one that still commits), on the stopped node's
+// store: `arbor directory recover --data-dir DIR` describes the replica
+// (voters, last term and index: compare the survivors and pick the most
+// up to date) and changes nothing; with --yes-lose-unreplicated-writes it
+// applies raftengine.RecoverAloneOffline (server.RecoverDirectoryOffline):
+// the replica becomes the group's only voter, keeping every entry it holds
+// (raftengine/recover.go says what it keeps and loses). It refuses a data
+// dir a server holds and a store with no directory replica. Restarted
+// with the same flags, the node leads the directory alone.
+//
+// The group grows back to the configured peers by membership changes:
+// the leader runs RegrowStep every RegrowInterval, which adds each peer of
+// --directory-peers that is not a member as a learner and promotes a
+// learner to voter once it is active and caught up with the commit (so a
+// new voter never holds the quorum back while it catches up); it never
+// removes a member, and with the group whole it does nothing. A lost peer
+// returns on an empty data dir with --directory-join: its node creates an
+// empty replica (no voters) that waits for the leader's snapshot, instead
+// of bootstrapping the group from --directory-peers. That flag is what
+// keeps the directory from forking: lost peers restarted empty without it
+// would bootstrap a group of the old membership among themselves (two of
+// three: a quorum) that the recovered one never hears of. A lost peer must
+// never return with its old data (the command's warning says so): two of
+// them would still form a quorum of the old membership.
+//
+// The procedure, step by step, is in README.md ("Operations: losing a
+// majority"); TestDirectoryLostQuorumRecoveredByOperator (cmd/arbor) runs
+// it on real processes.
 //
 // # Service contract
 //

@@ -113,15 +113,48 @@ func RecoverAloneOffline(st *Store, nodeID, gid uint64) (RecoveryReport, error) 
 	if nodeID == 0 {
 		return RecoveryReport{}, errors.New("raftengine: recover: node id 0")
 	}
-	_, closer, err := st.DB.Get(descriptorKey(gid))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return RecoveryReport{}, fmt.Errorf("group %d: %w", gid, ErrGroupNotFound)
-	}
-	if err != nil {
+	if _, err := loadDescriptor(st.DB, gid); err != nil {
 		return RecoveryReport{}, err
 	}
-	_ = closer.Close()
 	return rewriteAlone(st.DB, nodeID, gid)
+}
+
+// InspectOffline reads the raft state of gid's replica on the store of a
+// stopped node: its membership (as of its applied index), term, commit,
+// applied index and last entry, which is what an operator compares between
+// survivors before RecoverAloneOffline. Leader and Progress stay empty.
+func InspectOffline(st *Store, nodeID, gid uint64) (GroupStatus, error) {
+	desc, err := loadDescriptor(st.DB, gid)
+	if err != nil {
+		return GroupStatus{}, err
+	}
+	var ap enginepb.AppliedState
+	if err := getProto(st.DB, appliedKey(gid), &ap); err != nil && !errors.Is(err, pebble.ErrNotFound) {
+		return GroupStatus{}, fmt.Errorf("raftengine: inspect group %d: %w", gid, err)
+	}
+	s, err := loadLogStore(st.DB, gid, &ap)
+	if err != nil {
+		return GroupStatus{}, fmt.Errorf("raftengine: inspect group %d: %w", gid, err)
+	}
+	return GroupStatus{
+		GroupID: gid, NodeID: nodeID, Kind: desc.Kind,
+		Term: s.hardState.GetTerm(), Commit: s.hardState.GetCommit(), Applied: ap.GetIndex(),
+		Voters: slices.Clone(s.confState.GetVoters()), Learners: slices.Clone(s.confState.GetLearners()),
+		LogStart: s.truncIndex + 1, LastIndex: s.lastIndex, LastTerm: s.lastTerm,
+	}, nil
+}
+
+// loadDescriptor reads gid's descriptor; ErrGroupNotFound if the store
+// holds no replica of it.
+func loadDescriptor(db *pebble.DB, gid uint64) (*enginepb.GroupDescriptor, error) {
+	var d enginepb.GroupDescriptor
+	if err := getProto(db, descriptorKey(gid), &d); err != nil {
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil, fmt.Errorf("group %d: %w", gid, ErrGroupNotFound)
+		}
+		return nil, fmt.Errorf("raftengine: group %d descriptor: %w", gid, err)
+	}
+	return &d, nil
 }
 
 // rewriteAlone rewrites gid's raft state on db as RecoverAlone describes.

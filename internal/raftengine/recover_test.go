@@ -83,12 +83,23 @@ func TestRecoverAloneAfterLosingQuorum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before, err := InspectOffline(st4, 4, 1)
+	if err != nil || !slices.Equal(before.Voters, []uint64{survivor, 4}) || before.LastIndex < before.Commit || before.LastTerm == 0 || before.Kind != "kv" {
+		t.Fatalf("offline inspection: %+v %v, want voters [%d 4] and a log", before, err, survivor)
+	}
+	if _, err := InspectOffline(st4, 4, 99); !errors.Is(err, ErrGroupNotFound) {
+		t.Fatalf("offline inspection of an unknown group: %v, want ErrGroupNotFound", err)
+	}
 	rep, err = RecoverAloneOffline(st4, 4, 1)
 	if err != nil || !slices.Equal(rep.Removed, []uint64{survivor}) {
 		t.Fatalf("offline recovery: %+v %v, want node %d removed", rep, err, survivor)
 	}
 	if _, err := RecoverAloneOffline(st4, 4, 99); !errors.Is(err, ErrGroupNotFound) {
 		t.Fatalf("offline recovery of an unknown group: %v, want ErrGroupNotFound", err)
+	}
+	after, err := InspectOffline(st4, 4, 1)
+	if err != nil || !slices.Equal(after.Voters, []uint64{4}) || after.Commit != before.LastIndex || after.Term <= before.Term {
+		t.Fatalf("inspection after offline recovery: %+v %v, want voters [4], commit %d, a term past %d", after, err, before.LastIndex, before.Term)
 	}
 	if err := st4.Close(); err != nil {
 		t.Fatal(err)

@@ -134,6 +134,14 @@ type Config struct {
 	// Every node needs them to find the directory; a node is a member iff
 	// it has RoleDirectory.
 	DirectoryPeers []Peer
+	// DirectoryJoin: if this directory peer's store holds no directory
+	// replica, it creates an empty one that waits for the directory's
+	// leader to add it (as a learner, then a voter), instead of
+	// bootstrapping the group from DirectoryPeers. A peer that comes back
+	// with a new disk after the directory lost its quorum must join this
+	// way (internal/directory/doc.go); bootstrapping would let it and the
+	// other new peers form a second directory of the old membership.
+	DirectoryJoin bool
 	// Faults is the initial fault-injection configuration (DESIGN §1).
 	Faults faults.Config
 	// Tract holds the tract store's settings. Its tract size is what a new
@@ -443,6 +451,9 @@ func (c Config) validatePeers(listenPort int) []error {
 		bad("node %d is a directory peer (--directory-peers) but lacks the %q role (--roles)", c.NodeID, RoleDirectory)
 	case !self && c.HasRole(RoleDirectory):
 		bad("node %d has the %q role but is not in the directory peers (--directory-peers)", c.NodeID, RoleDirectory)
+	}
+	if c.DirectoryJoin && !c.HasRole(RoleDirectory) {
+		bad("--directory-join is for directory peers; node %d lacks the %q role", c.NodeID, RoleDirectory)
 	}
 	return errs
 }

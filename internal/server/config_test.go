@@ -91,6 +91,7 @@ func TestValidateReportsEachProblem(t *testing.T) {
 		{"peer address differs", func(c *Config) { c.AdvertiseAddr = "127.0.0.1:7999" }, "directory peers list node 1 at 127.0.0.1:7000, but it advertises 127.0.0.1:7999"},
 		{"peer without role", func(c *Config) { c.Roles = []Role{RoleStorage} }, `node 1 is a directory peer (--directory-peers) but lacks the "directory" role`},
 		{"role without peer", func(c *Config) { c.NodeID = 2 }, `node 2 has the "directory" role but is not in the directory peers`},
+		{"join without role", func(c *Config) { c.NodeID, c.Roles, c.DirectoryJoin = 2, []Role{RoleStorage}, true }, "--directory-join is for directory peers; node 2 lacks"},
 		{"bad log format", func(c *Config) { c.Log.Format = "xml" }, "log format (--log-format)"},
 		{"tiny timeout", func(c *Config) { c.Timeouts.RPC = time.Microsecond }, "rpc timeout (--rpc-timeout)"},
 		{"dead before heartbeats", func(c *Config) {

@@ -30,9 +30,11 @@ type identity struct {
 // start a data directory that belongs to another node or cluster: reusing
 // one would hand this node another node's replicas and Raft state.
 func checkIdentity(db *pebble.DB, nodeID uint64, clusterID string, now time.Time) (created bool, err error) {
-	v, closer, err := db.Get(identityKey)
+	id, found, err := readIdentity(db)
 	switch {
-	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return false, err
+	case !found:
 		id := identity{FormatVersion: identityFormatVersion, NodeID: nodeID, ClusterID: clusterID, Created: now.UTC()}
 		b, err := json.Marshal(id)
 		if err != nil {
@@ -42,13 +44,6 @@ func checkIdentity(db *pebble.DB, nodeID uint64, clusterID string, now time.Time
 			return false, fmt.Errorf("record node identity: %w", err)
 		}
 		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("read node identity: %w", err)
-	}
-	defer closer.Close()
-	var id identity
-	if err := json.Unmarshal(v, &id); err != nil {
-		return false, fmt.Errorf("node identity record is corrupt: %w", err)
 	}
 	if id.FormatVersion != identityFormatVersion {
 		return false, fmt.Errorf("node identity record has format version %d; this build reads %d", id.FormatVersion, identityFormatVersion)
@@ -59,4 +54,21 @@ func checkIdentity(db *pebble.DB, nodeID uint64, clusterID string, now time.Time
 			id.NodeID, id.ClusterID, id.Created.Format(time.RFC3339), nodeID, clusterID)
 	}
 	return false, nil
+}
+
+// readIdentity reads the identity checkIdentity recorded; found is false
+// if there is none.
+func readIdentity(db *pebble.DB) (id identity, found bool, err error) {
+	v, closer, err := db.Get(identityKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return id, false, nil
+	}
+	if err != nil {
+		return id, false, fmt.Errorf("read node identity: %w", err)
+	}
+	defer closer.Close()
+	if err := json.Unmarshal(v, &id); err != nil {
+		return id, false, fmt.Errorf("node identity record is corrupt: %w", err)
+	}
+	return id, true, nil
 }

@@ -188,6 +188,7 @@ func (m *EngineModule) Stop(context.Context) error {
 // serves the Directory service.
 type directoryModule struct {
 	engine *EngineModule
+	peers  []uint64 // the configured directory peers (--directory-peers)
 	sm     *directory.StateMachine
 	svc    *directory.Service
 	log    *slog.Logger
@@ -210,11 +211,21 @@ func (m *directoryModule) Init(ctx context.Context, env *Env) error {
 	m.env = env
 	m.log = env.Logger.With("component", "directory")
 	e := m.engine.Engine
-	if !slices.Contains(e.Groups(), directory.GroupID) {
-		voters := make([]uint64, 0, len(env.Config.DirectoryPeers))
-		for _, p := range env.Config.DirectoryPeers {
-			voters = append(voters, p.ID)
+	voters := make([]uint64, 0, len(env.Config.DirectoryPeers))
+	for _, p := range env.Config.DirectoryPeers {
+		voters = append(voters, p.ID)
+	}
+	m.peers = voters
+	switch {
+	case slices.Contains(e.Groups(), directory.GroupID):
+	case env.Config.DirectoryJoin:
+		// An empty replica: the leader adds it (regrowVoters) and sends it
+		// a snapshot.
+		if err := e.CreateGroup(ctx, raftengine.GroupDescriptor{GroupID: directory.GroupID, Kind: directory.Kind}, nil); err != nil {
+			return fmt.Errorf("join directory group: %w", err)
 		}
+		m.log.Warn("new directory replica joins the running directory (--directory-join): it serves once the leader adds it")
+	default:
 		if err := e.CreateGroup(ctx, raftengine.GroupDescriptor{GroupID: directory.GroupID, Kind: directory.Kind}, voters); err != nil {
 			return fmt.Errorf("bootstrap directory group: %w", err)
 		}
@@ -257,10 +268,14 @@ func (m *directoryModule) Start(context.Context) error {
 	go func() {
 		defer close(m.done)
 		var wg sync.WaitGroup
-		wg.Add(1)
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			m.initCluster(ctx)
+		}()
+		go func() {
+			defer wg.Done()
+			directory.RunRegrow(ctx, m.engine.Engine, m.peers, directory.RegrowInterval, m.log)
 		}()
 		if err := m.svc.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			m.log.Error("directory service stopped", "err", err)
