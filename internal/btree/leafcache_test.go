@@ -29,6 +29,22 @@ func TestLeafCacheSkipsReads(t *testing.T) {
 	if reads := after.PageReads - before.PageReads; reads > 5 {
 		t.Errorf("%d page reads in 50 updates of cached leaves", reads)
 	}
+	// The load found its leaves missing from the cache at first; the
+	// updates of cached leaves miss no more than they read.
+	if before.LeafCacheMisses == 0 {
+		t.Error("no leaf cache misses counted while loading into an empty cache")
+	}
+	if misses := after.LeafCacheMisses - before.LeafCacheMisses; misses > 5 {
+		t.Errorf("%d leaf cache misses in 50 updates of cached leaves", misses)
+	}
+	// A tree without a leaf cache counts no misses of it.
+	plain := env.open(t, func(c *Config) { c.RebalanceQueue = -1 })
+	if err := plain.Put(ctx, key(3), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if m := plain.Metrics(); m.LeafCacheHits+m.LeafCacheMisses != 0 {
+		t.Errorf("a tree without a leaf cache counts %d hits and %d misses of it", m.LeafCacheHits, m.LeafCacheMisses)
+	}
 	if v, _, err := tr.Get(ctx, key(4)); err != nil || string(v) != "49" {
 		t.Fatalf("key 4 = %q, %v; want 49", v, err)
 	}

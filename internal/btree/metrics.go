@@ -13,7 +13,15 @@ type counters struct {
 	splits, rootSplits, merges, redistributions  atomic.Int64
 	rootCollapses, blocksAllocated, blocksFreed  atomic.Int64
 	rebalanceDropped, blockSplits                atomic.Int64
-	leafCacheHits                                atomic.Int64
+	leafCacheHits, leafCacheMisses               atomic.Int64
+}
+
+// leafCacheMiss counts a page the leaf cache was asked for and did not
+// have (or had stale), when the tree keeps one.
+func (t *Tree) leafCacheMiss() {
+	if t.leaves != nil {
+		t.metrics.leafCacheMisses.Add(1)
+	}
 }
 
 // Metrics is a snapshot of what a Tree did since it was opened.
@@ -45,9 +53,10 @@ type Metrics struct {
 	CachedPages int
 	// LeafCacheHits counts leaves read-write transactions took from the
 	// leaf cache (Config.LeafCacheBytes) instead of reading them;
+	// LeafCacheMisses those it asked the cache for and read instead;
 	// CachedLeaves is the number of leaves it holds.
-	LeafCacheHits int64
-	CachedLeaves  int
+	LeafCacheHits, LeafCacheMisses int64
+	CachedLeaves                   int
 }
 
 // CacheHitRatio is CacheHits / (CacheHits + CacheMisses), or 0.
@@ -72,6 +81,7 @@ func (t *Tree) Metrics() Metrics {
 		RebalanceDropped: c.rebalanceDropped.Load(),
 		CachedPages:      t.cache.len(),
 		LeafCacheHits:    c.leafCacheHits.Load(),
+		LeafCacheMisses:  c.leafCacheMisses.Load(),
 		CachedLeaves:     t.leaves.len(),
 	}
 }
@@ -97,6 +107,11 @@ func (t *Tree) RegisterMetrics(reg prometheus.Registerer) error {
 		counter("merges_total", "Page merges.", &c.merges),
 		counter("redistributions_total", "Entry moves between neighbour pages.", &c.redistributions),
 		counter("leaf_cache_hits_total", "Leaves read-write transactions took from the leaf cache.", &c.leafCacheHits),
+		counter("leaf_cache_misses_total", "Leaves read-write transactions asked the leaf cache for and read instead.", &c.leafCacheMisses),
+		counter("root_splits_total", "Splits of the root (the tree grew a level).", &c.rootSplits),
+		counter("block_splits_total", "Full blocks whose last pages moved to a new block.", &c.blockSplits),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "arbor", Subsystem: "btree", Name: "cached_leaves", Help: "Leaves in the leaf cache."},
+			func() float64 { return float64(t.leaves.len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "arbor", Subsystem: "btree", Name: "cached_pages", Help: "Entries in the key-to-page cache."},
 			func() float64 { return float64(t.cache.len()) }),
 	}

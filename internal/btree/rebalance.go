@@ -200,6 +200,9 @@ func (t *Tree) freePageSlot(ctx context.Context, ref PageRef) (uint64, error) {
 		t.metrics.leafCacheHits.Add(1)
 		return slot, nil
 	}
+	if !freshReads(ctx) {
+		t.leafCacheMiss()
+	}
 	_, slot, err := t.readRaw(ctx, ref)
 	return slot, err
 }

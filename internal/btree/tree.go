@@ -357,6 +357,7 @@ func (t *Tree) ownedPage(ctx context.Context, ref PageRef) (p *page, slot uint64
 			t.metrics.leafCacheHits.Add(1)
 			return p, slot, true, nil
 		}
+		t.leafCacheMiss()
 	}
 	p, slot, err = t.readPage(ctx, ref)
 	if err == nil {
@@ -374,6 +375,7 @@ func (t *Tree) locateOwned(ctx context.Context, k []byte, height int) (located, 
 			t.metrics.leafCacheHits.Add(1)
 			return located{ref, p, slot}, nil
 		}
+		t.leafCacheMiss()
 	}
 	loc, err := t.locate(ctx, k, height)
 	if err == nil {

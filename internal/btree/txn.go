@@ -163,6 +163,7 @@ func (tx *Txn) findLeaf(k []byte) (located, bool, error) {
 				return located{ref, p, slot}, true, nil
 			}
 		}
+		tx.t.leafCacheMiss()
 	}
 	loc, err := tx.t.locate(tx.ctx, k, 0)
 	if err != nil {

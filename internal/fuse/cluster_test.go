@@ -241,6 +241,7 @@ func TestMountCluster(t *testing.T) {
 	t.Run("bad-input", func(t *testing.T) { badInput(t, e, a.dir) })
 	t.Run("snapshot", func(t *testing.T) { snapshotDuringWrites(t, e, a.dir) })
 	t.Run("stress", func(t *testing.T) { stress(t, e, a.dir, b.dir) })
+	t.Run("btree-metrics", func(t *testing.T) { btreeMetrics(t, e) })
 	t.Run("cli", func(t *testing.T) { cliLifecycle(t, e) })
 	t.Run("kill-storage-node", func(t *testing.T) { killStorageNode(t, e, a) })
 }

@@ -82,6 +82,12 @@ func (m *metaModule) Init(_ context.Context, env *Env) error {
 			m.mu.Lock()
 			m.ec, m.tc, m.tree = ec, tc, tree
 			m.mu.Unlock()
+			// The metadata servers' B-tree counters (page reads, splits,
+			// leaf-cache hits and misses) as arbor_btree_*: the server
+			// opens its tree once.
+			if err := tree.RegisterMetrics(env.Metrics); err != nil {
+				env.Logger.Warn("the metadata tree's counters are not exported", "err", err)
+			}
 			return tree, data, nil
 		},
 		Logger:  env.Logger,
