@@ -8,6 +8,7 @@ import (
 
 	"github.com/arbor-storage/arbor/internal/extent"
 	"github.com/arbor-storage/arbor/internal/faults"
+	"github.com/arbor-storage/arbor/internal/raftengine"
 	"github.com/arbor-storage/arbor/internal/server"
 	"github.com/arbor-storage/arbor/internal/tract"
 )
@@ -25,6 +26,7 @@ type serverFlags struct {
 	nodeID         uint64
 	clusterID      string
 	dataDir        string
+	diskReserve    string
 	listen         string
 	advertise      string
 	http           string
@@ -85,6 +87,8 @@ Without them the server refuses to start unless --insecure is given.`,
 	fl.Uint64Var(&f.nodeID, "node-id", 0, "this node's id: positive, unique in the cluster, never reused")
 	fl.StringVar(&f.clusterID, "cluster-id", "", "the cluster's id; nodes refuse calls for any other")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory holding all of this node's state")
+	fl.StringVar(&f.diskReserve, "disk-reserve", fmt.Sprintf("%dMiB", raftengine.DefaultBallastBytes>>20),
+		"space kept in reserve in --data-dir (a ballast file): when the disk fills up the node releases it and refuses writes instead of crashing; 0 for none")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7080", "gRPC listen address host:port")
 	fl.StringVar(&f.advertise, "advertise", "", "address other nodes use to reach this one (default --listen)")
 	fl.StringVar(&f.http, "http", "127.0.0.1:7081", "HTTP address for /metrics, /healthz (and /debug/pprof with --pprof)")
@@ -137,6 +141,10 @@ func (f *serverFlags) config(a *app) (server.Config, error) {
 	if err != nil {
 		return server.Config{}, fmt.Errorf("%s: %w", tractSource, err)
 	}
+	reserve, err := tract.ParseBytes(f.diskReserve)
+	if err != nil || reserve > 1<<40 {
+		return server.Config{}, fmt.Errorf("--disk-reserve %q: want a size such as 72MiB, at most 1 TiB", f.diskReserve)
+	}
 	var disks []string
 	for d := range strings.SplitSeq(f.disks, ",") {
 		if d = strings.TrimSpace(d); d != "" {
@@ -147,6 +155,7 @@ func (f *serverFlags) config(a *app) (server.Config, error) {
 		NodeID:           f.nodeID,
 		ClusterID:        f.clusterID,
 		DataDir:          f.dataDir,
+		DiskReserve:      int64(reserve),
 		ListenAddr:       f.listen,
 		AdvertiseAddr:    f.advertise,
 		HTTPAddr:         f.http,

@@ -110,7 +110,7 @@ func (s *Service) engineError(err error) error {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return status.FromContextError(err).Err()
-	case errors.Is(err, raftengine.ErrProposalDropped):
+	case errors.Is(err, raftengine.ErrProposalDropped), errors.Is(err, raftengine.ErrDiskFull):
 		return status.Errorf(codes.Unavailable, "directory: %v; retry", err)
 	case errors.Is(err, raftengine.ErrStopped), errors.Is(err, raftengine.ErrGroupNotFound):
 		return s.notLeader(0)

@@ -112,6 +112,10 @@ func (s *Server) engineError(id uint64, err error, write bool) error {
 		d.Code = pb.Code_CODE_NO_REPLICA
 	case errors.Is(err, raftengine.ErrTooLarge), errors.Is(err, ErrInvalid):
 		d.Code = pb.Code_CODE_INVALID_ARGUMENT
+	case errors.Is(err, raftengine.ErrDiskFull):
+		// Refused before raft saw it; the engine hands the leadership
+		// to a replica with room, where the client's retry goes.
+		d.Code = pb.Code_CODE_UNAVAILABLE
 	case !write:
 		d.Code = pb.Code_CODE_UNAVAILABLE
 	default:

@@ -80,4 +80,9 @@
 //  6. A replica removed from its group's membership destroys its local data
 //     and leaves a tombstone of its term, so a later replica of the same
 //     group on the same node cannot vote twice in one term.
+//  7. A node whose disk is full (diskfull.go: its ballast released) writes
+//     only what keeps its state consistent (hard state, applying entries
+//     it already logged): it refuses proposals with ErrDiskFull and
+//     snapshots, drops log entries sent to it, and hands its leaderships
+//     to live peers, until space is back.
 package raftengine

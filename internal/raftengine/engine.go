@@ -39,6 +39,9 @@ const (
 	DefaultSnapshotsInFlight = 4
 	// keepaliveTicks is how often a node tells its peers it is up.
 	keepaliveTicks = 3
+	// diskCheckInterval is how often the free space is checked
+	// (diskfull.go).
+	diskCheckInterval = time.Second
 
 	maxCommandBytesLimit = 64 << 20
 	maxWorkers           = 1024
@@ -562,6 +565,9 @@ func (e *Engine) propose(ctx context.Context, gid uint64, p *proposal) (any, err
 	if st := g.status.Load(); st.Leader != 0 && st.Leader != e.cfg.NodeID {
 		return nil, &NotLeaderError{GroupID: gid, Leader: st.Leader}
 	}
+	if e.store.Full() {
+		return nil, fmt.Errorf("group %d on node %d: %w", gid, e.cfg.NodeID, ErrDiskFull)
+	}
 	p.id = e.nextID.Add(1)
 	p.done = make(chan proposalResult, 1)
 	if !g.enqueue(func(in *inbox) { in.proposals = append(in.proposals, p) }) {
@@ -741,12 +747,13 @@ func (e *Engine) HandleMessages(from uint64, envs []Envelope) {
 		return
 	}
 	e.metrics.messagesReceived.Add(uint64(len(envs)))
+	full := e.store.Full()
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	gids := make([]uint64, 0, 4)
 	for _, env := range envs {
 		g := e.groups[env.GroupID]
-		if g == nil || g.stopped.Load() {
+		if g == nil || g.stopped.Load() || full && growsLog(env.Message) {
 			e.metrics.messagesDropped.Add(1)
 			continue
 		}
@@ -759,6 +766,41 @@ func (e *Engine) HandleMessages(from uint64, envs []Envelope) {
 	}
 	if e.sched != nil {
 		e.sched.enqueueAll(gids)
+	}
+}
+
+// growsLog reports whether stepping m would write entries or a snapshot
+// to this replica's log, which a node whose disk is full refuses
+// (diskfull.go): the leader goes on with the other replicas.
+func growsLog(m *raftpb.Message) bool {
+	if m == nil {
+		return false
+	}
+	t := m.GetType()
+	return t == raftpb.MessageType_MsgApp && len(m.GetEntries()) > 0 || t == raftpb.MessageType_MsgSnap
+}
+
+// watchDisk checks the store's free space (diskfull.go); while the disk is
+// full it hands the leadership of every group led here to another live
+// voter, since a leader that refuses proposals stalls its group.
+func (e *Engine) watchDisk() {
+	e.store.disk.poll()
+	if !e.store.Full() {
+		return
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for _, g := range e.groups {
+		st := g.status.Load()
+		if g.stopped.Load() || !st.IsLeader() {
+			continue
+		}
+		for _, to := range st.Voters {
+			if to != e.cfg.NodeID && e.isLive(to) {
+				g.enqueue(func(in *inbox) { in.transfers = append(in.transfers, to) })
+				break
+			}
+		}
 	}
 }
 
@@ -787,7 +829,10 @@ func (e *Engine) tickLoop() {
 	defer e.wg.Done()
 	t := time.NewTicker(e.cfg.TickInterval)
 	defer t.Stop()
-	var n uint64
+	var (
+		n           uint64
+		diskChecked time.Time
+	)
 	for {
 		select {
 		case <-e.ctx.Done():
@@ -796,6 +841,10 @@ func (e *Engine) tickLoop() {
 		}
 		n++
 		e.tick(n%keepaliveTicks == 0)
+		if now := time.Now(); now.Sub(diskChecked) >= diskCheckInterval {
+			diskChecked = now
+			e.watchDisk()
+		}
 	}
 }
 

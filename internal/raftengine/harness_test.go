@@ -124,6 +124,15 @@ type testCluster struct {
 	// leaseHook, if set, is installed in every engine started (see
 	// Engine.leaseHook).
 	leaseHook *func()
+	// disks, if set for a node, gives its store a ballast and the free
+	// space its disk guard sees (diskfull.go).
+	disks map[uint64]testDisk
+}
+
+// testDisk is a node's ballast and the free space its store sees.
+type testDisk struct {
+	ballast int64
+	avail   func() (uint64, error)
 }
 
 func newTestCluster(t *testing.T, n int, tune func(*Config)) *testCluster {
@@ -178,9 +187,13 @@ func (c *testCluster) start(id uint64) {
 	if c.wrapFS != nil {
 		fs = c.wrapFS(id, fs)
 	}
-	st, err := OpenStore("/db", fs, c.logger)
+	disk := c.disks[id]
+	st, err := OpenStoreWith("/db", StoreOptions{FS: fs, Logger: c.logger, BallastBytes: disk.ballast})
 	if err != nil {
 		c.t.Fatalf("open store %d: %v", id, err)
+	}
+	if disk.avail != nil {
+		st.disk.avail = disk.avail
 	}
 	cfg := Config{
 		NodeID:       id,

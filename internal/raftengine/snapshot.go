@@ -253,6 +253,9 @@ func (e *Engine) HandleSnapshot(ctx context.Context, h SnapshotHeader, next func
 	if g == nil {
 		return false, fmt.Errorf("group %d: %w", h.GroupID, ErrGroupNotFound)
 	}
+	if e.store.Full() {
+		return false, fmt.Errorf("snapshot of group %d: %w", h.GroupID, ErrDiskFull)
+	}
 	offer := &snapshotOffer{header: h, reply: make(chan bool, 1)}
 	if !g.enqueue(func(in *inbox) { in.offers = append(in.offers, offer) }) {
 		return false, ErrStopped

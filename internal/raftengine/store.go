@@ -19,6 +19,18 @@ type Store struct {
 	// Dir is the database directory; incoming snapshots are staged in
 	// Dir/snapshots on the same file system.
 	Dir string
+
+	disk *diskGuard
+}
+
+// StoreOptions are OpenStoreWith's.
+type StoreOptions struct {
+	// FS nil means the real file system; tests pass vfs.NewMem().
+	FS     vfs.FS
+	Logger *slog.Logger
+	// BallastBytes is the space the store keeps in reserve against a
+	// full disk (diskfull.go); 0: none, and a full disk stops the node.
+	BallastBytes int64
 }
 
 // Sizes of a node's pebble database: its block cache, and each memtable
@@ -29,17 +41,28 @@ const (
 	storeMemTableBytes = 32 << 20
 )
 
-// OpenStore opens (creating if needed) the pebble database in dir. fs nil
-// means the real file system; tests pass vfs.NewMem().
+// OpenStore opens (creating if needed) the pebble database in dir, with
+// no ballast. fs nil means the real file system; tests pass vfs.NewMem().
 func OpenStore(dir string, fs vfs.FS, logger *slog.Logger) (*Store, error) {
+	return OpenStoreWith(dir, StoreOptions{FS: fs, Logger: logger})
+}
+
+// OpenStoreWith opens (creating if needed) the pebble database in dir.
+func OpenStoreWith(dir string, o StoreOptions) (*Store, error) {
+	fs, logger := o.FS, o.Logger
 	if fs == nil {
 		fs = vfs.Default
 	}
 	if logger == nil {
 		logger = slog.Default()
 	}
+	disk := newDiskGuard(fs, dir, o.BallastBytes, logger.With("component", "disk"))
+	dbFS := fs
+	if o.BallastBytes > 0 {
+		dbFS = vfs.OnDiskFull(fs, func() { disk.enterFull("a write failed: no space left on the device") })
+	}
 	opts := &pebble.Options{
-		FS: fs,
+		FS: dbFS,
 		// IngestAndExcise, which installs snapshots atomically, needs at
 		// least FormatVirtualSSTables.
 		FormatMajorVersion: pebble.FormatNewest,
@@ -61,11 +84,12 @@ func OpenStore(dir string, fs vfs.FS, logger *slog.Logger) (*Store, error) {
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create store directory: %w", err)
 	}
+	disk.start()
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open pebble at %s: %w", dir, err)
 	}
-	s := &Store{DB: db, Options: opts, Dir: dir}
+	s := &Store{DB: db, Options: opts, Dir: dir, disk: disk}
 	// Staged snapshots left by a crash are garbage.
 	_ = fs.RemoveAll(s.snapshotDir())
 	if err := fs.MkdirAll(s.snapshotDir(), 0o755); err != nil {
@@ -76,6 +100,10 @@ func OpenStore(dir string, fs vfs.FS, logger *slog.Logger) (*Store, error) {
 }
 
 func (s *Store) snapshotDir() string { return filepath.Join(s.Dir, "snapshots") }
+
+// Full reports whether the store's disk is full (diskfull.go): the node
+// must not take new writes.
+func (s *Store) Full() bool { return s.disk != nil && s.disk.full.Load() }
 
 // Close closes the database.
 func (s *Store) Close() error { return s.DB.Close() }

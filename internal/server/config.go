@@ -109,6 +109,11 @@ type Config struct {
 	// DataDir holds everything the node stores: its lock, arbor.pid, the
 	// pebble DB (db/). One server per data directory, enforced by a lock.
 	DataDir string
+	// DiskReserve is the space the node's store keeps in reserve (a
+	// ballast file in db/): when the disk fills up the node releases it
+	// and refuses writes instead of crashing (raftengine diskfull.go).
+	// 0: no reserve (the flag's default is raftengine.DefaultBallastBytes).
+	DiskReserve int64
 	// ListenAddr is the host:port the gRPC server listens on. Port 0 picks
 	// a free port (tests).
 	ListenAddr string

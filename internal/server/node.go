@@ -112,7 +112,8 @@ func Start(ctx context.Context, cfg Config, modules []Module) (n *Node, err erro
 	if n.lock, err = lockDataDir(cfg.DataDir); err != nil {
 		return n, err
 	}
-	if n.store, err = raftengine.OpenStore(filepath.Join(cfg.DataDir, dbDirName), nil, logger); err != nil {
+	n.store, err = raftengine.OpenStoreWith(filepath.Join(cfg.DataDir, dbDirName), raftengine.StoreOptions{Logger: logger, BallastBytes: cfg.DiskReserve})
+	if err != nil {
 		return n, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
 	created, err := checkIdentity(n.store.DB, cfg.NodeID, cfg.ClusterID, time.Now())

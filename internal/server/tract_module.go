@@ -86,6 +86,7 @@ func (m *tractModule) Init(ctx context.Context, env *Env) error {
 			DropGrace:      opts.DropGrace,
 			ReturnGrace:    opts.ReturnGrace,
 			Logger:         env.Logger,
+			DiskFull:       env.Store.Full,
 		})
 		if err != nil {
 			return err

@@ -156,7 +156,7 @@ func (d *disk) readShard(ctx context.Context, req *tpb.ReadShardRequest) (*tpb.R
 
 // WriteShard implements tractpb.TractServerServer.
 func (s *Service) WriteShard(ctx context.Context, req *tpb.WriteShardRequest) (*tpb.WriteShardResponse, error) {
-	d, err := s.disk(req.Disk)
+	d, err := s.writableDisk(req.Disk)
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}

@@ -53,7 +53,7 @@ func ParseOptions(spec string) (Options, error) {
 		}
 		switch k {
 		case "tract-size":
-			o.TractSizeBytes, err = parseBytes(v)
+			o.TractSizeBytes, err = ParseBytes(v)
 			if err == nil && (o.TractSizeBytes < minTractSizeBytes || o.TractSizeBytes > maxTractSizeBytes || o.TractSizeBytes&(o.TractSizeBytes-1) != 0) {
 				err = fmt.Errorf("must be a power of two in [%d, %d]", minTractSizeBytes, maxTractSizeBytes)
 			}
@@ -95,7 +95,9 @@ func ParseOptions(spec string) (Options, error) {
 	return o, nil
 }
 
-func parseBytes(s string) (uint64, error) {
+// ParseBytes reads a byte count: a number with an optional KiB, MiB or GiB
+// suffix ("4MiB").
+func ParseBytes(s string) (uint64, error) {
 	mult := uint64(1)
 	for _, u := range []struct {
 		suffix string

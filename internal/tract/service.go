@@ -66,6 +66,10 @@ type Config struct {
 	Logger          *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// DiskFull, if set, reports that the node's store is out of space
+	// (raftengine's ballast is released): the disks then refuse every
+	// write, OVERLOADED, until it has room again.
+	DiskFull func() bool
 }
 
 func (c *Config) normalize() error {
@@ -315,6 +319,15 @@ func (s *Service) disk(i uint32) (*disk, error) {
 	return s.disks[i], nil
 }
 
+// writableDisk is disk for a call that stores something: refused while
+// the node's store is out of space.
+func (s *Service) writableDisk(i uint32) (*disk, error) {
+	if s.cfg.DiskFull != nil && s.cfg.DiskFull() {
+		return nil, errorf(tpb.ErrorCode_OVERLOADED, "node %d's disk is full: it refuses writes until space is freed", s.cfg.NodeID)
+	}
+	return s.disk(i)
+}
+
 // peer returns a client of the tractserver's node.
 func (s *Service) peer(ctx context.Context, id ServerID) (tpb.TractServerClient, error) {
 	return s.peers.client(ctx, id.Node)
@@ -324,7 +337,7 @@ func (s *Service) peer(ctx context.Context, id ServerID) (tpb.TractServerClient,
 
 // WriteTract implements tractpb.TractServerServer.
 func (s *Service) WriteTract(ctx context.Context, req *tpb.WriteTractRequest) (*tpb.WriteTractResponse, error) {
-	d, err := s.disk(req.Disk)
+	d, err := s.writableDisk(req.Disk)
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
@@ -344,7 +357,7 @@ func (s *Service) ReadTract(ctx context.Context, req *tpb.ReadTractRequest) (*tp
 
 // BlobOp implements tractpb.TractServerServer.
 func (s *Service) BlobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpResponse, error) {
-	d, err := s.disk(req.Disk)
+	d, err := s.writableDisk(req.Disk)
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
@@ -367,7 +380,7 @@ func (s *Service) BlobMetas(ctx context.Context, req *tpb.BlobMetasRequest) (*tp
 
 // Replicate implements tractpb.TractServerServer.
 func (s *Service) Replicate(ctx context.Context, req *tpb.ReplicateRequest) (*tpb.ReplicateResponse, error) {
-	d, err := s.disk(req.Disk)
+	d, err := s.writableDisk(req.Disk)
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}

@@ -1,0 +1,179 @@
+package raftengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TestDiskFullRefusesWritesAndHandsOverLeadership: a node whose disk fills
+// up releases its ballast, refuses proposals, hands its leadership to
+// another replica and takes no new log entries, while the group goes on
+// with the others; once space is back it makes its ballast again and
+// catches up, nothing lost.
+func TestDiskFullRefusesWritesAndHandsOverLeadership(t *testing.T) {
+	ctx := context.Background()
+	c := newTestCluster(t, 3, nil)
+	var free atomic.Uint64
+	free.Store(1 << 30)
+	c.stop(1)
+	c.disks = map[uint64]testDisk{1: {ballast: 1 << 20, avail: func() (uint64, error) { return free.Load(), nil }}}
+	c.start(1)
+	const gid = 7
+	c.createGroup(gid, 1, 2, 3)
+	if lead := c.leader(gid); lead != 1 {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := c.engines[lead].TransferLeadership(tctx, gid, 1)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{}
+	put := func(k, v string) {
+		c.propose(gid, setCmd(k, v))
+		want[k] = v
+	}
+	put("before", "1")
+	if _, err := c.fs[1].Stat("/db/" + ballastName); err != nil {
+		t.Fatalf("no ballast: %v", err)
+	}
+
+	free.Store(1000) // the disk fills up
+	waitFor(t, "node 1's store to count as full", func() bool { return c.stores[1].Full() })
+	if _, err := c.fs[1].Stat("/db/" + ballastName); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the ballast of a full disk: %v, want it removed", err)
+	}
+	_, err := c.engines[1].Propose(ctx, gid, setCmd("refused", "x"))
+	if _, notLeader := IsNotLeader(err); !errors.Is(err, ErrDiskFull) && !notLeader {
+		t.Fatalf("a proposal on the full node: %v, want ErrDiskFull or not leader", err)
+	}
+	waitFor(t, "the leadership to leave the full node", func() bool {
+		st, err := c.engines[1].Status(gid)
+		return err == nil && st.Leader != 0 && st.Leader != 1
+	})
+	full, _ := c.engines[1].Status(gid)
+	for i := range 20 {
+		put(fmt.Sprintf("during-%d", i), "v")
+	}
+	lead := c.leader(gid)
+	if lead == 1 {
+		t.Fatal("the full node leads again")
+	}
+	now, _ := c.engines[1].Status(gid)
+	led, _ := c.engines[lead].Status(gid)
+	if now.LastIndex != full.LastIndex || led.LastIndex < full.LastIndex+20 {
+		t.Fatalf("the full node's log went from %d to %d while the leader's reached %d: it should take no entries",
+			full.LastIndex, now.LastIndex, led.LastIndex)
+	}
+
+	free.Store(1 << 30) // space is back
+	waitFor(t, "node 1 to serve writes again", func() bool { return !c.stores[1].Full() })
+	if _, err := c.fs[1].Stat("/db/" + ballastName); err != nil {
+		t.Fatalf("no ballast once space is back: %v", err)
+	}
+	put("after", "2")
+	c.waitConverged(gid, []uint64{1, 2, 3}, want)
+}
+
+// TestENOSPCReleasesTheBallast: a store write that fails for want of
+// space releases the ballast, succeeds on its retry, and leaves the store
+// full (refusing new writes) rather than stopping the node.
+func TestENOSPCReleasesTheBallast(t *testing.T) {
+	fs := &enospcFS{FS: vfs.NewMem()}
+	st, err := OpenStoreWith("/db", StoreOptions{FS: fs, BallastBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.Full() {
+		t.Fatal("full at start")
+	}
+	fs.failNext.Store(true)
+	if err := st.DB.Set([]byte("k"), []byte("v"), pebble.Sync); err != nil {
+		t.Fatalf("a write that met a full disk once: %v", err)
+	}
+	if fs.failed.Load() != 1 {
+		t.Fatalf("%d writes failed, want 1", fs.failed.Load())
+	}
+	if !st.Full() {
+		t.Fatal("the store does not count as full after ENOSPC")
+	}
+	if _, err := fs.Stat("/db/" + ballastName); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the ballast after ENOSPC: %v, want it removed", err)
+	}
+	if v, closer, err := st.DB.Get([]byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("read back %q, %v", v, err)
+	} else {
+		closer.Close()
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// enospcFS fails the next write to any file it created with ENOSPC once
+// failNext is set, as a disk that just filled up would.
+type enospcFS struct {
+	vfs.FS
+	failNext atomic.Bool
+	failed   atomic.Int32
+}
+
+func (fs *enospcFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &enospcFile{File: f, fs: fs}, nil
+}
+
+func (fs *enospcFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.Create(name, c))
+}
+
+func (fs *enospcFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.ReuseForWrite(old, name, c))
+}
+
+type enospcFile struct {
+	vfs.File
+	fs *enospcFS
+}
+
+func (f *enospcFile) fail() bool {
+	if f.fs.failNext.CompareAndSwap(true, false) {
+		f.fs.failed.Add(1)
+		return true
+	}
+	return false
+}
+
+func (f *enospcFile) Write(p []byte) (int, error) {
+	if f.fail() {
+		return 0, syscall.ENOSPC
+	}
+	return f.File.Write(p)
+}
+
+func (f *enospcFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.fail() {
+		return 0, syscall.ENOSPC
+	}
+	return f.File.WriteAt(p, off)
+}
