@@ -130,13 +130,6 @@ func fsckLosses(rep *fs.CheckReport) []string {
 	return lost
 }
 
-// diskFullIssue explains a node that exits when its disk is full (the
-// disk-full fault): the raft engine's pebble store treats a failed commit
-// as fatal (internal/raftengine store.go, pebbleLogger.Fatalf), so the node
-// panics instead of refusing writes until space returns. The nemesis
-// starts it again once the disk has room.
-const diskFullIssue = "raftengine: a node whose disk fills up panics (pebble: fatal commit error: no space left on device) instead of refusing writes (issue 13 report)"
-
 // cli runs `arbor ARGS --dir CLUSTER` and returns its standard output;
 // an error carries the last lines of its standard error.
 func (r *run) cli(ctx context.Context, timeout time.Duration, args ...string) ([]byte, error) {
@@ -181,12 +174,7 @@ func (r *run) scanLogs(cycle int) {
 			line := sc.Bytes()
 			read += int64(len(line)) + 1
 			if bytes.Contains(line, []byte("panic")) {
-				detail := fmt.Sprintf("node %d logged: %s", n.ID, truncate(string(line), 2000))
-				if bytes.Contains(line, []byte("no space left on device")) {
-					r.sum.known(cycle, "panic", diskFullIssue, detail)
-				} else {
-					r.sum.fail(cycle, "panic", detail)
-				}
+				r.sum.fail(cycle, "panic", fmt.Sprintf("node %d logged: %s", n.ID, truncate(string(line), 2000)))
 			}
 		}
 		r.logOffsets[n.ID] += read

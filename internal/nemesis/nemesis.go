@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -328,12 +327,7 @@ func (r *run) watchExits() chan struct{} {
 			case <-done:
 				return
 			case e := <-r.cluster.Exits():
-				detail := fmt.Sprintf("node %d exited unexpectedly (%v); end of its log:\n%s", e.ID, e.Err, e.LogTail)
-				if strings.Contains(e.LogTail, "no space left on device") {
-					r.sum.known(int(r.current.Load()), "crash", diskFullIssue, detail)
-				} else {
-					r.sum.fail(int(r.current.Load()), "crash", detail)
-				}
+				r.sum.fail(int(r.current.Load()), "crash", fmt.Sprintf("node %d exited unexpectedly (%v); end of its log:\n%s", e.ID, e.Err, e.LogTail))
 			}
 		}
 	}()

@@ -25,10 +25,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // TestNemesis is the short version of `make chaos` that `make test` runs:
 // a five-node cluster under the whole mixed workload, a few fault cycles
 // (ARBOR_CHAOS_CYCLES, default 2), every check after each, and no loss or
-// other problem allowed. ARBOR_SEED replays a run's choices. A node that
-// panics on a full disk (Summary.Known) is logged in the summary and does
-// not fail it; a loss or any checker's problem does, as in `arbor debug
-// nemesis`.
+// other problem allowed. ARBOR_SEED replays a run's choices.
 func TestNemesis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster and two FUSE mounts")
@@ -55,18 +52,40 @@ func TestNemesis(t *testing.T) {
 		}
 		seed = n
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cycles)*5*time.Minute+5*time.Minute)
+	runNemesis(t, nemesis.Config{Cycles: cycles, Seed: seed})
+}
+
+// TestNemesisDiskFull: a node whose disk fills up under the whole workload
+// stops taking writes instead of crashing (raftengine diskfull.go), the
+// cluster goes on without it, and once the disk has room again it serves
+// and nothing is lost. One cycle of the disk-full fault only; needs root
+// (the node's disk is a small tmpfs).
+func TestNemesisDiskFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster and two FUSE mounts")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the disk-full fault mounts a tmpfs: needs root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("no /dev/fuse here (%v): FUSE mounts cannot run", err)
+	}
+	runNemesis(t, nemesis.Config{Cycles: 1, DiskFull: true, Faults: []string{"disk-full"}})
+}
+
+// runNemesis runs the nemesis with cfg (the binary, directory and output
+// filled in) and fails the test on any problem.
+func runNemesis(t *testing.T, cfg nemesis.Config) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(max(cfg.Cycles, 1))*5*time.Minute+5*time.Minute)
 	defer cancel()
-	sum, err := nemesis.Run(ctx, nemesis.Config{
-		Binary: devclustertest.Binary(t),
-		Dir:    t.TempDir(),
-		Cycles: cycles,
-		Seed:   seed,
-		// A check that has not passed a minute after recovery will not.
-		CheckPatience: time.Minute,
-		Out:           testWriter{t},
-		Logger:        slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
-	})
+	cfg.Binary = devclustertest.Binary(t)
+	cfg.Dir = t.TempDir()
+	// A check that has not passed a minute after recovery will not.
+	cfg.CheckPatience = time.Minute
+	cfg.Out = testWriter{t}
+	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	sum, err := nemesis.Run(ctx, cfg)
 	if sum != nil {
 		var b strings.Builder
 		sum.Print(&b)

@@ -40,9 +40,6 @@ type Summary struct {
 	// Lost lists acknowledged data that did not read back; Failures every
 	// other violated invariant.
 	Lost, Failures []Finding
-	// Known lists failures explained by a known issue of another layer:
-	// reported, but they do not fail the run.
-	Known []Finding
 }
 
 // OpCount counts one worker's operations.
@@ -70,8 +67,7 @@ func newSummary(cfg Config) *Summary {
 		Faults: map[string]int{}, Recovery: map[string][]Recovery{}, Checks: map[string]*CheckStats{}}
 }
 
-// Failed reports whether the run found anything wrong that no known issue
-// explains.
+// Failed reports whether the run found anything wrong.
 func (s *Summary) Failed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -138,13 +134,6 @@ func (s *Summary) lose(cycle int, kind, detail string) {
 	s.Lost = append(s.Lost, Finding{Cycle: cycle, Kind: kind, Detail: detail})
 }
 
-func (s *Summary) known(cycle int, kind, note, detail string) {
-	s.log.Warn("nemesis: known issue", "cycle", cycle, "kind", kind, "detail", detail)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.Known = append(s.Known, Finding{Cycle: cycle, Kind: kind, Detail: note + "\n" + detail})
-}
-
 func (s *Summary) fail(cycle int, kind, detail string) {
 	s.log.Error("nemesis: problem", "cycle", cycle, "kind", kind, "detail", detail)
 	s.mu.Lock()
@@ -161,8 +150,8 @@ func (s *Summary) brief() string {
 		ok += c.OK
 		failed += c.Failed
 	}
-	return fmt.Sprintf("%d ops acknowledged, %d failed; %d files, %d blobs, %d keys checked; %d lost, %d other problems, %d known issues",
-		ok, failed, s.Files, s.Blobs, s.Keys, len(s.Lost), len(s.Failures), len(s.Known))
+	return fmt.Sprintf("%d ops acknowledged, %d failed; %d files, %d blobs, %d keys checked; %d lost, %d other problems",
+		ok, failed, s.Files, s.Blobs, s.Keys, len(s.Lost), len(s.Failures))
 }
 
 // Print writes the summary.
@@ -197,10 +186,6 @@ func (s *Summary) Print(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "LOST (%d):\n", len(s.Lost))
 		printFindings(w, s.Lost)
-	}
-	if len(s.Known) > 0 {
-		fmt.Fprintf(w, "known issues of other layers, reported and not failing the run (%d):\n", len(s.Known))
-		printFindings(w, s.Known)
 	}
 	if len(s.Failures) == 0 {
 		fmt.Fprintf(w, "other problems: none\n")
