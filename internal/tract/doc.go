@@ -58,7 +58,23 @@
 // extend, delete) go to the primary of the metadata tract's row, which
 // decides them under the tract's lock and forwards the new record to every
 // member; extend is atomic and returns the new size, and a retried
-// mutation (same request id) is answered with its first result. A version
+// mutation (same request id) is answered with its first result.
+//
+// Blob metadata with a member missing: a row whose member died and that
+// no server can replace (a cluster of exactly k failure domains, as 7
+// nodes with rows of 7 for ec:5+2) keeps the dead member, and every blob
+// operation on it would wait for its return. The primary therefore also
+// acknowledges an operation when every member that did not store it is
+// on a node the directory has declared dead (the forward refused,
+// timed out or answered TLT_BEHIND) and a majority of the row's slots,
+// itself included, did store it (forwardRecord). A node declared dead
+// loses its TLT continuity and catches up every row it holds before it
+// serves again, and a successor catches up from the primary, so no
+// member serves the row without the record; a promoted primary is a
+// complete member, which holds it. Before the declaration (a node just
+// killed, or one cut off from this primary alone) operations wait, as
+// writes do; past a majority missing they wait too, so a row never
+// writes on with most of its members away. A version
 // whose forward failed (or was cut short by a crash) stays marked on the
 // primary, which forwards it again until its replicas hold it or it is no
 // longer the row's primary (reforward.go): the primary's version wins. Reads go
@@ -172,8 +188,10 @@
 //     holds a newer version than the primary of the same row version).
 //  2. A write or metadata operation is acknowledged only once every slot
 //     of its replication and every pending entry for those slots has
-//     stored it; so every member of a row at version v holds every write
-//     acknowledged at v.
+//     stored it (a metadata operation: every one not on a node declared
+//     dead, and a majority of the row's slots); so every member of a row
+//     at version v that serves holds every write acknowledged at v (a
+//     member declared dead catches up before it serves again).
 //  3. A request under an old row version is refused and changes nothing;
 //     every refused or malformed request changes nothing.
 //  4. A member serves reads only if it holds every tract of its slot: it
@@ -201,9 +219,12 @@
 // (D+1 durable), so with a dead member no server can replace, ec blobs
 // are written degraded (they survive one more loss until the member
 // returns and rebuilds); with P down they stall until one returns or is
-// replaced. Blob metadata operations (create, extend, delete) still need
-// every member of the metadata tract's row, as replicated writes do: with
-// a dead member no server can replace, they stall until it returns. A
+// replaced. Blob metadata operations (create, extend, delete) wait for a
+// dead member of the metadata tract's row only until the directory
+// declares it dead (then they go on while a majority of the row is
+// left); replicated writes still need every slot of their replication:
+// with a dead member no server can replace, they stall until it
+// returns. A
 // shard missed while its server was out of reach but never restarted nor
 // cut off from the directory (a short partition that ended before the
 // directory declared it dead, after its node state had left ALIVE) waits

@@ -425,20 +425,13 @@ func (c *Client) unreachable(ctx context.Context, srv ServerID, err error) bool 
 }
 
 // nodeAlive reports whether the directory holds node alive (any answer
-// but a definite not-alive counts as alive).
+// but a definite not-alive counts as alive). The node table is shared by
+// the calls of the last second (peers.nodeState).
 func (c *Client) nodeAlive(ctx context.Context, node uint64) bool {
 	lctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
-	resp, err := c.cfg.Directory.ListNodes(lctx, &dpb.ListNodesRequest{})
-	if err != nil {
-		return true
-	}
-	for _, n := range resp.GetNodes() {
-		if n.GetId() == node {
-			return n.GetState() == dpb.NodeState_NODE_STATE_ALIVE
-		}
-	}
-	return true
+	st, ok := c.peers.nodeState(lctx, node)
+	return !ok || st == dpb.NodeState_NODE_STATE_ALIVE
 }
 
 // stripeGeneration returns the highest generation of tract i's shards

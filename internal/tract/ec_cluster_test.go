@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -90,13 +91,15 @@ func (h *harness) liveRowsInSync() (bool, string) {
 // ec:6+2 refused, and replicas:7, which would outlive the metadata),
 // read back byte-identical after kill -9 of two nodes drawn among all 7
 // (seeded, testseed: the metadata has 5 directory voters and 5-replica
-// extents, so any two may die): at once (degraded reads), after the directory repaired the TLT
-// (promoted primaries rebuilding their shard 0) and once the survivors
-// are in sync. Between the two kills, with one node dead and no server to
-// take its slots, stripes keep being written (acknowledged with 6 of 7
-// shards) and read back. The two come back, rebuild what they missed (the
-// shards of those writes too), `arbor blob verify` checks every stripe's
-// parity and `arbor fsck` the file system.
+// extents, so any two may die): at once (degraded reads), after the
+// directory repaired the TLT (promoted primaries rebuilding their shard
+// 0) and once the survivors are in sync. Between the two kills, with one
+// node dead and no server to take its slots, stripes keep being written
+// (acknowledged with 6 of 7 shards) and read back, and new files are
+// written through a mount (their blobs created with the dead member
+// missing from every metadata row). The two come back, rebuild what they
+// missed (the shards of those writes too), `arbor blob verify` checks
+// every stripe's parity and `arbor fsck` the file system.
 func TestClusterErasureCoded(t *testing.T) {
 	h := startECCluster(t, 7)
 	var extents []struct {
@@ -186,6 +189,19 @@ func TestClusterErasureCoded(t *testing.T) {
 	t.Logf("%d stripes written with node %d dead in %v (%d acknowledged with shards missing)", degradedTracts, a, time.Since(start).Round(time.Millisecond), h.client.DegradedWrites())
 	if h.client.DegradedWrites() == 0 {
 		t.Fatal("no stripe write was acknowledged with a shard missing")
+	}
+	if tree != nil {
+		// New files with the node dead: their blobs are created (once
+		// the directory has declared it dead: every metadata row holds
+		// it) and written with 6 of 7 shards.
+		start := time.Now()
+		m := h.mount("ecfs")
+		more := writeECTree(h, filepath.Join(m.dir, "one-dead"), seed+1)
+		m.stop(h)
+		for p, s := range more {
+			tree[filepath.Join("one-dead", p)] = s
+		}
+		t.Logf("%d new files written with node %d dead in %v", len(more), a, time.Since(start).Round(time.Millisecond))
 	}
 	if err := h.c.Kill(b); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ type counters struct {
 	tractsRead, bytesRead             atomic.Uint64
 	tractsReplicated, bytesReplicated atomic.Uint64
 	tractsRecovered, bytesRecovered   atomic.Uint64
-	blobOps                           atomic.Uint64
+	blobOps, degradedBlobOps          atomic.Uint64
 	staleRejections                   atomic.Uint64
 	checksumFailures, repairs         atomic.Uint64
 	tractsReclaimed, bytesReclaimed   atomic.Uint64
@@ -35,8 +35,9 @@ type Metrics struct {
 	// Rows being caught up now, and catch-ups finished.
 	RowsCatchingUp int
 	SyncsCompleted uint64
-	// Blob metadata operations served as primary.
-	BlobOps uint64
+	// Blob metadata operations served as primary, and those of them
+	// acknowledged with row members missing (declared dead: forwardRecord).
+	BlobOps, DegradedBlobOps uint64
 	// Requests refused for carrying an old row version.
 	StaleRejections uint64
 	// Tracts found corrupt, and repaired from another replica.
@@ -52,7 +53,7 @@ func (s *Service) Metrics() Metrics {
 		TractsRead: s.m.tractsRead.Load(), BytesRead: s.m.bytesRead.Load(),
 		TractsReplicated: s.m.tractsReplicated.Load(), BytesReplicated: s.m.bytesReplicated.Load(),
 		TractsRecovered: s.m.tractsRecovered.Load(), BytesRecovered: s.m.bytesRecovered.Load(),
-		SyncsCompleted: s.m.syncsCompleted.Load(), BlobOps: s.m.blobOps.Load(),
+		SyncsCompleted: s.m.syncsCompleted.Load(), BlobOps: s.m.blobOps.Load(), DegradedBlobOps: s.m.degradedBlobOps.Load(),
 		StaleRejections:  s.m.staleRejections.Load(),
 		ChecksumFailures: s.m.checksumFailures.Load(), Repairs: s.m.repairs.Load(),
 		TractsReclaimed: s.m.tractsReclaimed.Load(), BytesReclaimed: s.m.bytesReclaimed.Load(),
@@ -75,7 +76,7 @@ func (m Metrics) String() string {
 	fmt.Fprintf(&b, "replicated: %d tracts, %d bytes\n", m.TractsReplicated, m.BytesReplicated)
 	fmt.Fprintf(&b, "recovered:  %d tracts, %d bytes; %d rows catching up, %d catch-ups done\n",
 		m.TractsRecovered, m.BytesRecovered, m.RowsCatchingUp, m.SyncsCompleted)
-	fmt.Fprintf(&b, "blob ops:   %d\n", m.BlobOps)
+	fmt.Fprintf(&b, "blob ops:   %d (%d with row members missing)\n", m.BlobOps, m.DegradedBlobOps)
 	fmt.Fprintf(&b, "stale:      %d rejected\n", m.StaleRejections)
 	fmt.Fprintf(&b, "checksums:  %d failed, %d repaired\n", m.ChecksumFailures, m.Repairs)
 	fmt.Fprintf(&b, "reclaimed:  %d tracts, %d bytes\n", m.TractsReclaimed, m.BytesReclaimed)
@@ -113,6 +114,7 @@ var metricDefs = func() []metricDef {
 		def("rows_catching_up", "TLT rows this node is catching up.", g, func(m Metrics) float64 { return float64(m.RowsCatchingUp) }),
 		def("syncs_completed_total", "Row catch-ups finished.", c, func(m Metrics) float64 { return float64(m.SyncsCompleted) }),
 		def("blob_ops_total", "Blob metadata operations served as primary.", c, func(m Metrics) float64 { return float64(m.BlobOps) }),
+		def("degraded_blob_ops_total", "Blob metadata operations acknowledged with row members missing (declared dead).", c, func(m Metrics) float64 { return float64(m.DegradedBlobOps) }),
 		def("stale_rejections_total", "Requests refused for an old TLT row version.", c, func(m Metrics) float64 { return float64(m.StaleRejections) }),
 		def("checksum_failures_total", "Tracts that failed their checksum.", c, func(m Metrics) float64 { return float64(m.ChecksumFailures) }),
 		def("repairs_total", "Corrupt tracts repaired from another replica.", c, func(m Metrics) float64 { return float64(m.Repairs) }),

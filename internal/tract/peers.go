@@ -36,8 +36,12 @@ type peers struct {
 	dir  Directory
 	dial DialFunc
 
+	// fetchMu makes concurrent fetches of the node table one.
+	fetchMu sync.Mutex
+
 	mu      sync.Mutex
 	addrs   map[uint64]string
+	states  map[uint64]dpb.NodeState
 	fetched time.Time
 }
 
@@ -77,13 +81,39 @@ func (p *peers) refresh(ctx context.Context) error {
 		return err
 	}
 	addrs := make(map[uint64]string, len(resp.GetNodes()))
+	states := make(map[uint64]dpb.NodeState, len(resp.GetNodes()))
 	for _, n := range resp.GetNodes() {
 		addrs[n.GetId()] = n.GetAddress()
+		states[n.GetId()] = n.GetState()
 	}
 	p.mu.Lock()
-	p.addrs, p.fetched = addrs, time.Now()
+	p.addrs, p.states, p.fetched = addrs, states, time.Now()
 	p.mu.Unlock()
 	return nil
+}
+
+// nodeState returns the directory's state of node id from a node table
+// fetched at most addressRefresh ago (fetching one if need be, once for
+// all concurrent callers: the failures of one stripe's or one record's
+// writes cost one ListNodes, not one each). ok is false when the
+// directory could not be asked or does not know the node.
+func (p *peers) nodeState(ctx context.Context, id uint64) (st dpb.NodeState, ok bool) {
+	p.fetchMu.Lock()
+	p.mu.Lock()
+	recent := !p.fetched.IsZero() && time.Since(p.fetched) < addressRefresh
+	p.mu.Unlock()
+	var err error
+	if !recent {
+		err = p.refresh(ctx)
+	}
+	p.fetchMu.Unlock()
+	if err != nil {
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st, ok = p.states[id]
+	return st, ok
 }
 
 // client returns a TractServer client of node id.

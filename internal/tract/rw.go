@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -98,9 +99,12 @@ func (d *disk) writeTract(ctx context.Context, req *tpb.WriteTractRequest) (*tpb
 // forward sends a stored version of a tract to the other members and waits
 // for all of them.
 func (d *disk) forward(ctx context.Context, t *Table, ri int, row Row, k tractKey, m *tpb.TractMeta, data []byte, targets []ServerID) error {
-	if len(targets) == 0 {
-		return nil
-	}
+	return d.forwardFailed(ri, row, targets, d.forwardTo(ctx, row, k, m, data, targets))
+}
+
+// forwardTo sends a stored version of a tract to targets in parallel and
+// returns each one's failure (nil: it stored the version).
+func (d *disk) forwardTo(ctx context.Context, row Row, k tractKey, m *tpb.TractMeta, data []byte, targets []ServerID) []error {
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
 	for i, target := range targets {
@@ -115,18 +119,67 @@ func (d *disk) forward(ctx context.Context, t *Table, ri int, row Row, k tractKe
 				})
 				cancel()
 			}
-			if err != nil {
-				errs[i] = fmt.Errorf("replica %s: %w", target, err)
-			}
+			errs[i] = err
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		if te, ok := ErrorOf(err); ok && (te.Code == tpb.ErrorCode_STALE_TLT || te.Code == tpb.ErrorCode_WRONG_SERVER) {
-			d.svc.refreshSoon()
+	return errs
+}
+
+// forwardFailed turns the targets' failures of a forward into its error
+// (nil if every target stored the version).
+func (d *disk) forwardFailed(ri int, row Row, targets []ServerID, errs []error) error {
+	var failed []error
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, fmt.Errorf("replica %s: %w", targets[i], err))
+			if te, ok := ErrorOf(err); ok && (te.Code == tpb.ErrorCode_STALE_TLT || te.Code == tpb.ErrorCode_WRONG_SERVER) {
+				d.svc.refreshSoon()
+			}
 		}
-		return errorf(tpb.ErrorCode_REPLICA_FAILED, "row %d version %d: %v", ri, row.Version, err)
 	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return errorf(tpb.ErrorCode_REPLICA_FAILED, "row %d version %d: %v", ri, row.Version, errors.Join(failed...))
+}
+
+// forwardRecord forwards a blob's metadata record (tract -1) to the
+// row's other members, as forward does, and also lets the operation be
+// acknowledged without some of them (the package doc, "Blob metadata
+// with a member missing"): when every member that did not store it is
+// on a node the directory has declared dead (its Replicate refused,
+// cut off from the directory, or timed out) and a majority of the row's
+// slots (this primary included) hold it. A member declared dead catches
+// up every row it holds before it serves again (its TLT continuity is
+// broken), and a successor catches up from the primary, so no member
+// serves the row without the record; the majority bounds how far a row
+// writes on with members missing.
+func (d *disk) forwardRecord(ctx context.Context, t *Table, ri int, row Row, k tractKey, m *tpb.TractMeta) error {
+	targets := row.Targets(t.Replication)
+	errs := d.forwardTo(ctx, row, k, m, nil, targets)
+	err := d.forwardFailed(ri, row, targets, errs)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	holders := 1 // this primary
+	for i, target := range targets {
+		if errs[i] == nil {
+			if slices.Contains(row.Slots, target) {
+				holders++
+			}
+			continue
+		}
+		if !d.svc.declaredDead(ctx, target.Node, errs[i]) {
+			return err
+		}
+	}
+	if 2*holders <= len(row.Slots) {
+		return err
+	}
+	d.svc.m.degradedBlobOps.Add(1)
+	d.log.Info("blob operation acknowledged with row members missing: their nodes are declared dead; they catch up when back",
+		"tract", k, "row", ri, "version", row.Version, "holders", holders, "slots", len(row.Slots), "err", err)
 	return nil
 }
 
@@ -293,7 +346,7 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 		// lost): forward the record again, so that the retry is answered
 		// only once every replica holds it, as the first would have been.
 		// A replica that has it already takes the repeat as a no-op.
-		if err := d.forward(ctx, t, ri, row, k, cur, nil, row.Targets(t.Replication)); err != nil {
+		if err := d.forwardRecord(ctx, t, ri, row, k, cur); err != nil {
 			d.markUnforwarded(k)
 			return nil, err
 		}
@@ -344,7 +397,7 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 	if err := d.store.PutUnforwarded(k, m, nil); err != nil {
 		return nil, err
 	}
-	if err := d.forward(ctx, t, ri, row, k, m, nil, row.Targets(t.Replication)); err != nil {
+	if err := d.forwardRecord(ctx, t, ri, row, k, m); err != nil {
 		d.markUnforwarded(k)
 		return nil, err
 	}

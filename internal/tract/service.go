@@ -12,6 +12,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	tpb "github.com/arbor-storage/arbor/internal/tract/tractpb"
@@ -331,6 +333,22 @@ func (s *Service) writableDisk(i uint32) (*disk, error) {
 // peer returns a client of the tractserver's node.
 func (s *Service) peer(ctx context.Context, id ServerID) (tpb.TractServerClient, error) {
 	return s.peers.client(ctx, id.Node)
+}
+
+// declaredDead reports whether a call to node failed for want of the
+// node (unreachable, timed out, or cut off from the directory) and the
+// directory has declared it dead: it then catches up every row it
+// holds before it serves again.
+func (s *Service) declaredDead(ctx context.Context, node uint64, err error) bool {
+	if te, ok := ErrorOf(err); ok {
+		if te.Code != tpb.ErrorCode_TLT_BEHIND {
+			return false
+		}
+	} else if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+		return false
+	}
+	st, ok := s.peers.nodeState(ctx, node)
+	return ok && (st == dpb.NodeState_NODE_STATE_DEAD || st == dpb.NodeState_NODE_STATE_DECOMMISSIONED)
 }
 
 // --- RPC handlers: each checks its arguments and hands over to the disk ---
