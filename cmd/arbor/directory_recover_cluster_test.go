@@ -212,6 +212,19 @@ func TestDirectoryLostQuorumRecoveredByOperator(t *testing.T) {
 		t.Logf("extent %d (replicas %v) lost its quorum too: recovered", e.ID, e.Replicas)
 	}
 
+	// `arbor tlt forget-member` refuses a live node, and without its flag
+	// only describes a dead one.
+	if out, err := cli("tlt", "forget-member", strconv.FormatUint(aliveNonVoter(before, survivor, lost), 10)); err == nil || !strings.Contains(out, "not dead") {
+		t.Fatalf("tlt forget-member of a live node: %v\n%s", err, out)
+	}
+	waitFor(fmt.Sprintf("node %d declared dead", lost[0]), time.Minute, func() error {
+		out, err := cli("tlt", "forget-member", strconv.FormatUint(lost[0], 10))
+		if err == nil || !strings.Contains(out, "WARNING") || !strings.Contains(out, "nothing changed") {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+
 	// Everything written before reads back; new writes work.
 	waitFor("the key written before", 2*time.Minute, func() error {
 		out, err := cli("kv", "get", "recover/key")
@@ -320,4 +333,15 @@ func extentsOf(t *testing.T, cli func(...string) (string, error)) []extentListJS
 		t.Fatalf("arbor extent list --json: %v\n%s", err, out)
 	}
 	return v
+}
+
+// aliveNonVoter returns a node of st that is neither a directory voter nor
+// lost: alive through the whole test.
+func aliveNonVoter(st *dpb.StatusResponse, survivor uint64, lost []uint64) uint64 {
+	for _, n := range st.Nodes {
+		if n.Id != survivor && !slices.Contains(lost, n.Id) && !slices.Contains(st.Voters, n.Id) {
+			return n.Id
+		}
+	}
+	return 0
 }

@@ -57,6 +57,7 @@ finished.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every row is in sync, as long as the cluster answers (--timeout bounds each poll)")
 	cmd.Flags().BoolVar(&noRows, "no-rows", false, "print the summary and the tractservers, not every row")
+	cmd.AddCommand(newTLTForgetCmd(a))
 	return cmd
 }
 

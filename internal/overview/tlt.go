@@ -190,7 +190,11 @@ func BuildTLT(t *tract.Table, nodes map[uint64]*dpb.Node, statuses map[uint64]*t
 		return n != nil && (n.State == dpb.NodeState_NODE_STATE_ALIVE || n.State == dpb.NodeState_NODE_STATE_SUSPECT)
 	}
 	complete := func(ri int, s tract.ServerID) bool { return tract.MemberComplete(t.Rows[ri], rowStatus[key{ri, s}]) }
-	for _, w := range tract.RowsWaiting(tract.RepairInput{Table: t, Live: live, InSync: complete}) {
+	gone := func(s tract.ServerID) bool {
+		n := nodes[s.Node]
+		return n != nil && n.State == dpb.NodeState_NODE_STATE_DECOMMISSIONED
+	}
+	for _, w := range tract.RowsWaiting(tract.RepairInput{Table: t, Live: live, InSync: complete, Gone: gone}) {
 		for _, s := range w.For {
 			v.Rows[w.Row].WaitingFor = append(v.Rows[w.Row].WaitingFor, s.String())
 		}

@@ -92,6 +92,17 @@
 // primary died) first pulls what it lacks from the row's complete replicas.
 // Rows catch up in parallel (8 per disk, 4 tracts per row at a time).
 //
+// A row none of whose live members holds a complete copy waits, unrepaired,
+// for a dead member to return (RowsWaiting; `arbor tlt` names them): a
+// kill is not a lost disk. A dead member that will never return is given
+// up by decommissioning its node (`arbor tlt forget-member NODE
+// --yes-lose-unreplicated-writes`, which refuses a node not declared dead):
+// no row waits for a decommissioned member, and a row whose complete
+// copies were all on given-up members takes the live slot member holding
+// the most tracts (RepairInput.Held, from its row status) as its primary;
+// the others catch up from it, losing what only the given-up members held
+// (TestForgottenMemberRowRepaired).
+//
 // # Erasure-coded blobs (DESIGN.md §2.9)
 //
 // A blob's layout is chosen at creation and kept in its metadata (tract

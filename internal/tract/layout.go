@@ -344,6 +344,15 @@ type RepairInput struct {
 	// InSync reports whether a server holds every tract of its slot in a
 	// row; promotion to primary prefers one that does. Nil: unknown.
 	InSync func(row int, s ServerID) bool
+	// Gone reports whether a dead server will never return: its node is
+	// decommissioned (`arbor tlt forget-member` does that for a dead one).
+	// No row waits for it; a row whose only complete copies were on gone
+	// members is repaired from the best copy that survives. Nil: none.
+	Gone func(ServerID) bool
+	// Held is how many tracts of a row a server reports holding; a row
+	// repaired without a complete copy takes the live slot member holding
+	// the most as its primary. Nil: unknown (the lowest live slot).
+	Held func(row int, s ServerID) uint64
 }
 
 // WaitingRow is a row that has dead members but that PlanRepair leaves
@@ -363,6 +372,46 @@ type WaitingRow struct {
 
 func (w WaitingRow) String() string {
 	return fmt.Sprintf("row %d (version %d) waits for %v: the only complete copy is on a dead member", w.Row, w.Version, w.For)
+}
+
+// verdict is waits with the gone members given up: the row waits only for
+// dead members that may return (waitFor); givenUp is set when it would
+// wait but every dead member is gone, so it is repaired from what
+// survives.
+func (in RepairInput) verdict(ri int, row Row) (waitFor []ServerID, wait, givenUp bool) {
+	dead, w := in.waits(ri, row)
+	if !w {
+		return nil, false, false
+	}
+	for _, s := range dead {
+		if in.Gone == nil || !in.Gone(s) {
+			waitFor = append(waitFor, s)
+		}
+	}
+	if len(waitFor) == 0 {
+		return nil, false, true
+	}
+	return waitFor, true, false
+}
+
+// bestCopy picks the live slot member holding the most tracts of row ri
+// (the lowest slot on ties, so a live primary stays), for a row with no
+// complete copy left.
+func (in RepairInput) bestCopy(ri int, row Row, dead map[int]bool) (int, bool) {
+	best, most := -1, uint64(0)
+	for j, s := range row.Slots {
+		if dead[j] {
+			continue
+		}
+		var held uint64
+		if in.Held != nil {
+			held = in.Held(ri, s)
+		}
+		if best < 0 || held > most {
+			best, most = j, held
+		}
+	}
+	return best, best >= 0
 }
 
 // waits reports whether row ri (its dead pending entries not yet
@@ -435,8 +484,8 @@ func MemberComplete(row Row, st *tpb.RowStatus) bool {
 func RowsWaiting(in RepairInput) []WaitingRow {
 	var out []WaitingRow
 	for ri, row := range in.Table.Rows {
-		if dead, wait := in.waits(ri, row); wait {
-			out = append(out, WaitingRow{Row: ri, Version: row.Version, For: dead})
+		if waitFor, wait, _ := in.verdict(ri, row); wait {
+			out = append(out, WaitingRow{Row: ri, Version: row.Version, For: waitFor})
 		}
 	}
 	return out
@@ -453,7 +502,9 @@ func RowsWaiting(in RepairInput) []WaitingRow {
 // row gets a new version from the directory. A row none of whose live
 // members is complete (or none of whose members is live) is left alone
 // until a dead member returns (RowsWaiting): replacing its dead members
-// would lose the tracts only they hold. A slot that no server can take
+// would lose the tracts only they hold; unless every dead member is Gone
+// (never returns): then the live member holding the most tracts becomes
+// its primary and the dead slots are refilled. A slot that no server can take
 // keeps its dead server and the row is reported in Why.
 func PlanRepair(in RepairInput, opts LayoutOptions) []RowChange {
 	t := in.Table
@@ -476,7 +527,8 @@ func PlanRepair(in RepairInput, opts LayoutOptions) []RowChange {
 	}
 	var changes []RowChange
 	for ri, old := range t.Rows {
-		if _, wait := in.waits(ri, old); wait {
+		_, wait, givenUp := in.verdict(ri, old)
+		if wait {
 			continue
 		}
 		row := old.clone()
@@ -500,6 +552,18 @@ func PlanRepair(in RepairInput, opts LayoutOptions) []RowChange {
 		}
 		if len(dead) == 0 && len(why) == 0 {
 			continue
+		}
+		if givenUp {
+			// No complete copy survives its gone members: the best
+			// remaining one becomes the row's truth.
+			if j, ok := in.bestCopy(ri, row, dead); ok && j != 0 {
+				why = append(why, fmt.Sprintf("promote %s, the live member holding the most of the row, to primary (the complete copies were on members given up)", row.Slots[j]))
+				row.Slots[0], row.Slots[j] = row.Slots[j], row.Slots[0]
+				if dead[0] {
+					delete(dead, 0)
+					dead[j] = true
+				}
+			}
 		}
 		if dead[0] {
 			if j, ok := promotion(row, ri, dead, in.InSync); ok {

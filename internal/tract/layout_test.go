@@ -637,3 +637,50 @@ func TestPlanRepairWaitsForTheOnlyCompleteCopy(t *testing.T) {
 		t.Fatalf("changes %+v: want e promoted", changes)
 	}
 }
+
+// TestPlanRepairGivesUpGoneMembers: a row whose only complete copies were
+// on dead members waits for them, unless every one of them is gone for
+// good (decommissioned, `arbor tlt forget-member`): then the live member
+// holding the most tracts becomes its primary and the gone slots are
+// refilled. A row that still has a dead member that may return waits for
+// that one alone.
+func TestPlanRepairGivesUpGoneMembers(t *testing.T) {
+	a, b, c, d, e, n := ServerID{Node: 1}, ServerID{Node: 2}, ServerID{Node: 3}, ServerID{Node: 4}, ServerID{Node: 5}, ServerID{Node: 6}
+	dead := map[ServerID]bool{a: true, b: true, c: true}
+	gone := map[ServerID]bool{c: true}
+	held := map[ServerID]uint64{d: 5, e: 9}
+	eligible := []ServerInfo{{ID: d, Domain: "d"}, {ID: e, Domain: "e"}, {ID: n, Domain: "n"}}
+	tab := &Table{Version: 6, Replication: 3, Rows: []Row{
+		{Version: 6, Slots: []ServerID{c, d, e}}, // gone primary, e holds the most
+		{Version: 6, Slots: []ServerID{d, c, e}}, // live primary holding less than e
+		{Version: 6, Slots: []ServerID{a, b, c}}, // a and b may return
+		{Version: 6, Slots: []ServerID{a, d, c}}, // a may return
+		{Version: 6, Slots: []ServerID{e, c, d}}, // live primary holding the most stays
+	}}
+	in := RepairInput{Table: tab, Live: func(s ServerID) bool { return !dead[s] }, Eligible: eligible,
+		InSync: func(int, ServerID) bool { return false },
+		Gone:   func(s ServerID) bool { return gone[s] },
+		Held:   func(_ int, s ServerID) uint64 { return held[s] }}
+	w := RowsWaiting(in)
+	if len(w) != 2 || w[0].Row != 2 || !slices.Equal(w[0].For, []ServerID{a, b}) || w[1].Row != 3 || !slices.Equal(w[1].For, []ServerID{a}) {
+		t.Fatalf("waiting %v: want row 2 waiting for a and b, row 3 for a", w)
+	}
+	got := map[int]RowChange{}
+	for _, ch := range PlanRepair(in, LayoutOptions{}) {
+		got[ch.Row] = ch
+	}
+	want := map[int][]ServerID{0: {e, d, n}, 1: {e, n, d}, 4: {e, n, d}}
+	if len(got) != len(want) {
+		t.Fatalf("changes %+v: want rows 0, 1 and 4 repaired", got)
+	}
+	for r, slots := range want {
+		if !slices.Equal(got[r].Slots, slots) {
+			t.Fatalf("row %d: slots %v (%s), want %v", r, got[r].Slots, got[r].Why, slots)
+		}
+	}
+	// Without Gone the same rows all wait.
+	in.Gone = nil
+	if changes := PlanRepair(in, LayoutOptions{}); len(changes) != 0 {
+		t.Fatalf("changes %+v without gone members: want every row to wait", changes)
+	}
+}

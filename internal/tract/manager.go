@@ -195,6 +195,7 @@ type serverState struct {
 	node  *dpb.Node
 	alive bool // ALIVE: may be given places
 	live  bool // ALIVE or SUSPECT: keeps its places
+	gone  bool // DECOMMISSIONED: never returns, no row waits for it
 }
 
 func (m *Manager) servers(nodes []*dpb.Node) map[ServerID]serverState {
@@ -212,6 +213,7 @@ func (m *Manager) servers(nodes []*dpb.Node) map[ServerID]serverState {
 				node:  n,
 				alive: alive,
 				live:  live,
+				gone:  n.State == dpb.NodeState_NODE_STATE_DECOMMISSIONED,
 			}
 		}
 	}
@@ -279,7 +281,9 @@ func (m *Manager) Step(ctx context.Context) error {
 	inSync := func(row int, s ServerID) bool { return sync.inSync[rowServer{row, s}] }
 	complete := func(row int, s ServerID) bool { return MemberComplete(t.Rows[row], sync.status[rowServer{row, s}]) }
 	opts := LayoutOptions{Seed: m.seed(t.Version), MinRows: m.cfg.MinRows, AllowSharedDomains: distinctDomains(eligible) < t.Replication}
-	repair := RepairInput{Table: t, Live: live, Eligible: eligible, InSync: complete}
+	repair := RepairInput{Table: t, Live: live, Eligible: eligible, InSync: complete,
+		Gone: func(s ServerID) bool { return states[s].gone },
+		Held: func(row int, s ServerID) uint64 { return sync.status[rowServer{row, s}].GetTracts() }}
 	waiting := RowsWaiting(repair)
 	m.noteWaiting(waiting)
 	if changes := PlanRepair(repair, opts); len(changes) > 0 {

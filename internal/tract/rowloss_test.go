@@ -23,17 +23,18 @@ func rowStateOf(c *testCluster, id uint64, r int) (rowState, bool) {
 // wait for C (the only complete copy) rather than promote an incomplete
 // member that then "declares loss" and has the others drop their tracts.
 // Once the killed nodes return, every acknowledged tract reads back.
-func TestKillsDuringCatchUpLoseNothing(t *testing.T) {
-	c := newTestCluster(t, 6, 3, testTractSize)
-	cl := c.client()
-	defer cl.Close()
+// rowWaitingForC builds the situation of TestKillsDuringCatchUpLoseNothing
+// up to the waiting row: row ri = {A,B,C}; A and B killed and declared
+// dead, the row becomes {C,D,E} with D and E unable to catch up from C,
+// then C is killed and declared dead too. It returns the blob written
+// before and the killed nodes.
+func rowWaitingForC(t *testing.T, c *testCluster, cl *Client, ri int) (g GUID, want [][]byte, a, b, cNode uint64) {
+	t.Helper()
 	tab := c.table()
-	want := randomTracts(3*len(tab.Rows), 131)
-	g := putBlob(t, cl, want, 0)
-	// A row and its members.
-	ri := 0
+	want = randomTracts(3*len(tab.Rows), 131)
+	g = putBlob(t, cl, want, 0)
 	row := tab.Rows[ri]
-	a, b, cNode := row.Slots[1].Node, row.Slots[2].Node, row.Slots[0].Node
+	a, b, cNode = row.Slots[1].Node, row.Slots[2].Node, row.Slots[0].Node
 	t.Logf("row %d: %v; killing %d and %d, then %d", ri, row.Slots, a, b, cNode)
 	// C serves no catch-up: its new partners stay incomplete.
 	refuse := func(node uint64, method string) error {
@@ -74,8 +75,16 @@ func TestKillsDuringCatchUpLoseNothing(t *testing.T) {
 	if w := c.manager.Waiting(); len(w) == 0 || w[0].Row != ri || w[0].For[0].Node != cNode {
 		t.Fatalf("the manager reports waiting rows %v; want row %d waiting for node %d", w, ri, cNode)
 	}
-	// Everyone comes back.
 	c.refuse.Store(nil)
+	return g, want, a, b, cNode
+}
+
+func TestKillsDuringCatchUpLoseNothing(t *testing.T) {
+	c := newTestCluster(t, 6, 3, testTractSize)
+	cl := c.client()
+	defer cl.Close()
+	g, want, a, b, cNode := rowWaitingForC(t, c, cl, 0)
+	// Everyone comes back.
 	for _, id := range []uint64{cNode, a, b} {
 		c.restart(id)
 		c.dir.setState(id, dpb.NodeState_NODE_STATE_ALIVE)
@@ -86,4 +95,40 @@ func TestKillsDuringCatchUpLoseNothing(t *testing.T) {
 	if rep.Tracts != len(want) {
 		t.Fatalf("verify saw %d tracts, want %d", rep.Tracts, len(want))
 	}
+}
+
+// TestForgottenMemberRowRepaired: the row of TestKillsDuringCatchUpLoseNothing
+// waits for C, whose disk never returns. Once C is given up (decommissioned,
+// as `arbor tlt forget-member` does), the manager stops waiting and repairs
+// the row from what survives: a live member becomes its primary, C's slot
+// is refilled, the members get in sync, and the row takes writes again.
+func TestForgottenMemberRowRepaired(t *testing.T) {
+	c := newTestCluster(t, 6, 3, testTractSize)
+	cl := c.client()
+	defer cl.Close()
+	ri := 0
+	_, _, a, b, cNode := rowWaitingForC(t, c, cl, ri)
+	waited := c.table().Rows[ri]
+	c.dir.setState(cNode, dpb.NodeState_NODE_STATE_DECOMMISSIONED)
+	c.step()
+	if w := c.manager.Waiting(); len(w) != 0 {
+		t.Fatalf("rows still waiting after node %d was given up: %v", cNode, w)
+	}
+	row := c.table().Rows[ri]
+	if row.Version == waited.Version {
+		t.Fatalf("row %d not repaired after node %d was given up: %+v", ri, cNode, row)
+	}
+	for _, s := range append(row.Slots, pendingServers(row)...) {
+		if s.Node == cNode || s.Node == a || s.Node == b {
+			t.Fatalf("row %d still lists dead node %d: %+v", ri, s.Node, row)
+		}
+	}
+	if row.Slots[0] != waited.Slots[1] && row.Slots[0] != waited.Slots[2] {
+		t.Fatalf("row %d primary %s, want one of the surviving members %v", ri, row.Slots[0], waited.Slots[1:])
+	}
+	c.settle()
+	// Writes to every row, this one included, work again.
+	more := randomTracts(3*len(c.table().Rows), 7)
+	g2 := putBlob(t, cl, more, 0)
+	checkBlob(t, cl, g2, more)
 }
