@@ -519,7 +519,7 @@ func BenchmarkFSSnapshots(b *testing.B) {
 	var data *fs.TractData
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		tree, err = kv.Open(ctx, dir, extentstore.New(ec), btree.Config{})
+		tree, err = kv.Open(ctx, dir, extentstore.New(ec), kv.SystemSpace(), btree.Config{})
 		if err == nil {
 			data, err = fs.NewTractData(ctx, tc, 0)
 		}

@@ -16,15 +16,16 @@ import (
 	"github.com/arbor-storage/arbor/internal/fs"
 	"github.com/arbor-storage/arbor/internal/meta"
 	mpb "github.com/arbor-storage/arbor/internal/meta/metapb"
+	"github.com/arbor-storage/arbor/internal/security"
 	"github.com/arbor-storage/arbor/internal/tract"
 )
 
 // The file-system commands are clients of the metadata servers (through
 // internal/client): file systems, snapshots and fsck are requests to
 // them; a mount asks them for metadata and reads and writes tracts itself.
-// Every file system's metadata lives in the cluster's one B-tree (the KV
-// store's, internal/kv), under keys whose first byte is in 0x14..0x1c: the
-// kv commands refuse those.
+// Every file system's metadata lives in the cluster's system B-tree
+// (kv.SystemSpace), which only nodes and administrators can reach and the
+// kv commands never open.
 
 // dialCluster connects to the cluster a command targets.
 func dialCluster(target clusterTarget, logger *slog.Logger) (*client.Cluster, error) {
@@ -35,8 +36,8 @@ func dialCluster(target clusterTarget, logger *slog.Logger) (*client.Cluster, er
 // the tract store's default), or finds it if it exists. The metadata
 // client checks the name (meta.CheckFileSystemName), the metadata server
 // the layout (against the cluster's failure domains).
-func createFS(ctx context.Context, c *client.Cluster, name, layout string) (*dpb.FileSystem, bool, error) {
-	_, created, err := c.Meta().CreateFileSystemLayout(ctx, name, layout)
+func createFS(ctx context.Context, c *client.Cluster, name, layout, tenant string) (*dpb.FileSystem, bool, error) {
+	_, created, err := c.Meta().CreateTenantFileSystem(ctx, name, layout, tenant)
 	if err != nil {
 		return nil, false, fmt.Errorf("create file system %q: %w", name, err)
 	}
@@ -79,7 +80,7 @@ store. Mount one with arbor mount.`,
 	}
 	var createF, listF, deleteF clusterFlags
 	var listJSON bool
-	var deleteProgress, dataLayout string
+	var deleteProgress, dataLayout, tenant string
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a file system",
@@ -87,7 +88,14 @@ store. Mount one with arbor mount.`,
 new file's blob is replicas:K or ec:D+P (Reed-Solomon, e.g. ec:5+2: 1.4
 bytes stored per byte, any 2 shards lost); metadata, and small files kept
 inline in it, stay replicated. A cluster whose TLT rows have fewer than
-D+P tractservers in distinct failure domains refuses ec:D+P.`,
+D+P tractservers in distinct failure domains refuses ec:D+P.
+
+--tenant T makes the file system tenant T's (issue 15): only T's
+credentials (and administrators) can mount, snapshot, check or delete
+it, and only T's listings show it. An administrator creates for any
+existing tenant (without --tenant: a file system of the cluster's own,
+which no tenant reaches); a tenant's credential creates only its own
+(--tenant may be omitted or name itself).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Refused before reaching for the cluster.
@@ -101,8 +109,16 @@ D+P tractservers in distinct failure domains refuses ec:D+P.`,
 				}
 				dataLayout = l.String()
 			}
+			if tenant != "" {
+				if err := security.CheckName(tenant); err != nil {
+					return fmt.Errorf("create file system: --tenant: %w", err)
+				}
+			}
 			return a.fsCommand(cmd, &createF, func(ctx context.Context, c *client.Cluster) error {
-				f, created, err := createFS(ctx, c, args[0], dataLayout)
+				if err := checkTenantExists(ctx, c, tenant); err != nil {
+					return fmt.Errorf("create file system: %w", err)
+				}
+				f, created, err := createFS(ctx, c, args[0], dataLayout, tenant)
 				if err != nil {
 					return err
 				}
@@ -120,6 +136,7 @@ D+P tractservers in distinct failure domains refuses ec:D+P.`,
 	}
 	createF.register(create)
 	create.Flags().StringVar(&dataLayout, "data", "", "layout of the files' data: replicas:K or ec:D+P (default: the tract store's replication)")
+	create.Flags().StringVar(&tenant, "tenant", "", "the tenant that owns the file system (default: a tenant credential's own; an administrator's: none)")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the file systems",
@@ -145,12 +162,13 @@ D+P tractservers in distinct failure domains refuses ec:D+P.`,
 					Name      string   `json:"name"`
 					Created   string   `json:"created"`
 					Snapshots []string `json:"snapshots"`
-					Data      string   `json:"data"` // "": the tract store's default
+					Data      string   `json:"data"`   // "": the tract store's default
+					Tenant    string   `json:"tenant"` // "": the cluster's own
 				}
 				rows := []row{}
 				for _, f := range resp.GetFileSystems() {
 					r := row{Number: f.GetNumber(), Name: f.GetName(), Created: time.UnixMilli(f.GetCreatedUnixMs()).UTC().Format(time.RFC3339), Snapshots: []string{},
-						Data: f.GetDataLayout()}
+						Data: f.GetDataLayout(), Tenant: f.GetTenant()}
 					for _, s := range f.GetSnapshots() {
 						r.Snapshots = append(r.Snapshots, s.GetName())
 					}
@@ -161,10 +179,14 @@ D+P tractservers in distinct failure domains refuses ec:D+P.`,
 				return enc.Encode(rows)
 			}
 			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NUMBER\tNAME\tDATA\tSNAPSHOTS\tCREATED")
+			fmt.Fprintln(w, "NUMBER\tNAME\tDATA\tSNAPSHOTS\tCREATED\tTENANT")
 			for _, f := range resp.GetFileSystems() {
-				fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\n", f.GetNumber(), f.GetName(), dataLayoutName(f), len(f.GetSnapshots()),
-					time.UnixMilli(f.GetCreatedUnixMs()).UTC().Format(time.RFC3339))
+				tenant := f.GetTenant()
+				if tenant == "" {
+					tenant = "-"
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\n", f.GetNumber(), f.GetName(), dataLayoutName(f), len(f.GetSnapshots()),
+					time.UnixMilli(f.GetCreatedUnixMs()).UTC().Format(time.RFC3339), tenant)
 			}
 			return w.Flush()
 		},

@@ -18,19 +18,21 @@ import (
 
 	"github.com/arbor-storage/arbor/internal/btree"
 	"github.com/arbor-storage/arbor/internal/kv"
+	"github.com/arbor-storage/arbor/internal/security"
 )
 
 // The `arbor kv` commands are a KV client running in the CLI process: they
 // reach the extent store directly (internal/kv), like any other client of
-// the key-value API; there is no KV server.
+// the key-value API; there is no KV server. Each opens one key space
+// (kvFlags.space): a tenant's own, or the administrators'.
 
-// kvOpener opens the cluster's KV tree; tests put an in-memory one in its
-// place.
-type kvOpener func(ctx context.Context, target clusterTarget, logger *slog.Logger) (*btree.Tree, func() error, error)
+// kvOpener opens the tree of a key space of the cluster; tests put an
+// in-memory one in its place.
+type kvOpener func(ctx context.Context, target clusterTarget, sp kv.Space, logger *slog.Logger) (*btree.Tree, func() error, error)
 
-// openClusterKV opens the KV tree of the cluster at target.
-func openClusterKV(ctx context.Context, target clusterTarget, logger *slog.Logger) (*btree.Tree, func() error, error) {
-	s, err := kv.Dial(ctx, target.Addrs, logger, target.DialOptions()...)
+// openClusterKV opens the tree of key space sp of the cluster at target.
+func openClusterKV(ctx context.Context, target clusterTarget, sp kv.Space, logger *slog.Logger) (*btree.Tree, func() error, error) {
+	s, err := kv.Dial(ctx, target.Addrs, sp, logger, target.DialOptions()...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -49,11 +51,11 @@ const (
 )
 
 func newKVCmd(a *app) *cobra.Command {
-	return newKVCmdWith(a, func(ctx context.Context, target clusterTarget, logger *slog.Logger) (*btree.Tree, func() error, error) {
+	return newKVCmdWith(a, func(ctx context.Context, target clusterTarget, sp kv.Space, logger *slog.Logger) (*btree.Tree, func() error, error) {
 		if err := probeCluster(ctx, target.Addrs); err != nil {
 			return nil, nil, err
 		}
-		return openClusterKV(ctx, target, logger)
+		return openClusterKV(ctx, target, sp, logger)
 	})
 }
 
@@ -61,16 +63,38 @@ func newKVCmd(a *app) *cobra.Command {
 type kvFlags struct {
 	cluster clusterFlags
 	hex     bool
+	tenant  string
 }
 
 func (f *kvFlags) register(cmd *cobra.Command) {
 	f.cluster.register(cmd)
 	cmd.Flags().BoolVar(&f.hex, "hex", false, "keys and values are hex-encoded, in arguments, input and output (for binary data)")
+	cmd.Flags().StringVar(&f.tenant, "tenant", "", "an administrator's way to the key space of tenant T (default: a tenant credential's own space; an administrator's own)")
 }
 
-// decode turns a key or value as given into bytes. A key in the file
-// systems' part of the tree is refused: only arbor fs and mount may
-// change it.
+// space is the key space the command opens: a tenant credential's own
+// (--tenant may name only itself), or, for an administrator, tenant
+// --tenant's or else the administrators' own. No credential opens the
+// file systems' metadata (kv.SystemSpace).
+func (f *kvFlags) space(target clusterTarget) (kv.Space, error) {
+	if f.tenant != "" {
+		if err := security.CheckName(f.tenant); err != nil {
+			return kv.Space{}, fmt.Errorf("--tenant: %w", err)
+		}
+	}
+	if c := target.Credentials; c != nil && c.Identity.Kind == security.KindTenant {
+		if f.tenant != "" && f.tenant != c.Identity.Name {
+			return kv.Space{}, fmt.Errorf("--tenant %s: the credential of tenant %q opens only its own key space", f.tenant, c.Identity.Name)
+		}
+		return kv.TenantSpace(c.Identity.Name), nil
+	}
+	if f.tenant != "" {
+		return kv.TenantSpace(f.tenant), nil
+	}
+	return kv.AdminSpace(), nil
+}
+
+// decode turns a key or value as given into bytes.
 func (f *kvFlags) decode(what, s string) ([]byte, error) {
 	b := []byte(s)
 	if f.hex {
@@ -86,10 +110,6 @@ func (f *kvFlags) decode(what, s string) ([]byte, error) {
 		// scan prints KEY<TAB>VALUE lines and put --stdin reads them: such
 		// a key could not be told from its neighbours there.
 		return nil, fmt.Errorf("key %s holds a tab or a line break: give it with --hex", quoteArg(s))
-	}
-	if what == "key" && kv.ReservedForFileSystems(b) {
-		return nil, fmt.Errorf("key %s starts with byte %#02x: keys starting with %#02x to %#02x hold file systems' metadata and are not for arbor kv",
-			quoteArg(s), b[0], kv.FileSystemKeysFirst, kv.FileSystemKeysLast)
 	}
 	return b, nil
 }
@@ -135,7 +155,11 @@ without it). The empty key is refused.`,
 		// The bound on waiting for the cluster (policy.go).
 		ctx, cancel := withStallTimeout(cmd.Context(), f.cluster.timeout)
 		defer cancel()
-		tr, closeTree, err := open(ctx, target, a.logger)
+		sp, err := f.space(target)
+		if err != nil {
+			return err
+		}
+		tr, closeTree, err := open(ctx, target, sp, a.logger)
 		if err != nil {
 			return fmt.Errorf("open the key-value store: %w", err)
 		}

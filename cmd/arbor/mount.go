@@ -66,7 +66,7 @@ func mountFS(ctx context.Context, target clusterTarget, opts mountOptions, logge
 	}()
 	f, err := c.FileSystem(ctx, opts.fsName)
 	if err != nil && opts.create {
-		f, _, err = createFS(ctx, c, opts.fsName, "")
+		f, _, err = createFS(ctx, c, opts.fsName, "", "")
 	}
 	if err != nil {
 		return nil, err

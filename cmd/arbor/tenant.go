@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
 	"github.com/arbor-storage/arbor/internal/directory"
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
@@ -249,4 +250,20 @@ func newTenantCredentialCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&holder, "holder", "", "the holder's name in the certificate (default the tenant's)")
 	cmd.Flags().DurationVar(&validFor, "valid-for", 0, "validity (default one year)")
 	return cmd
+}
+
+// checkTenantExists refuses a tenant that has no record in the directory
+// (nothing to check for "": no tenant named).
+func checkTenantExists(ctx context.Context, c *client.Cluster, tenant string) error {
+	if tenant == "" {
+		return nil
+	}
+	_, err := c.Directory().GetConfig(ctx, &pb.GetConfigRequest{Key: tenantKeyPrefix + tenant})
+	if errors.Is(err, directory.ErrNotFound) {
+		return fmt.Errorf("no tenant %q (arbor tenant create %s)", tenant, tenant)
+	}
+	if err != nil {
+		return fmt.Errorf("tenant %q: %w", tenant, err)
+	}
+	return nil
 }

@@ -234,8 +234,10 @@ func (c *Cluster) fileData(ctx context.Context) (*fs.TractData, error) {
 	return c.data, nil
 }
 
-// KV returns the cluster's key-value store (its B-tree), opening it on
-// first use (and creating it if the cluster has none yet).
+// KV returns the caller's key-value store: the tree of its key space
+// (kv.SpaceOf its credential's identity: a tenant's own, or the
+// administrators'), opening it on first use (and creating it if the
+// cluster has none yet).
 func (c *Cluster) KV(ctx context.Context) (*btree.Tree, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -249,7 +251,11 @@ func (c *Cluster) KV(ctx context.Context) (*btree.Tree, error) {
 		}
 		c.ec = ec
 	}
-	tree, err := kv.OpenOnExtents(ctx, c.dir, c.ec, btree.Config{Logger: c.log})
+	var id security.Identity
+	if c.opts.Credentials != nil {
+		id = c.opts.Credentials.Identity
+	}
+	tree, err := kv.OpenOnExtents(ctx, c.dir, c.ec, kv.SpaceOf(id), btree.Config{Logger: c.log})
 	if err != nil {
 		return nil, err
 	}

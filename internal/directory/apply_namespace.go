@@ -27,7 +27,7 @@ func (a *applier) createFileSystem(req *pb.CreateFileSystemRequest) *pb.CommandR
 	c := a.counters()
 	num := max(c.NextFileSystem, 1)
 	c.NextFileSystem = num + 1
-	f := &pb.FileSystem{Number: num, Name: req.Name, TenantId: req.TenantId, CreatedUnixMs: a.now, NextSnapshot: 1, DataLayout: req.DataLayout}
+	f := &pb.FileSystem{Number: num, Name: req.Name, TenantId: req.TenantId, CreatedUnixMs: a.now, NextSnapshot: 1, DataLayout: req.DataLayout, Tenant: req.Tenant}
 	a.setCounters(c)
 	a.eff.set(fileSystemKey(num), f)
 	a.eff.then(func(s *state) { s.fileSystems[num] = f })

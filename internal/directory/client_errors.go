@@ -42,6 +42,9 @@ var (
 	ErrNodeDead = errors.New("directory: node dead")
 	// ErrLimitExceeded: a table of the directory is full.
 	ErrLimitExceeded = errors.New("directory: limit exceeded")
+	// ErrPermissionDenied: the caller's identity may not reach what it
+	// named (another tenant's file system, a method of another class).
+	ErrPermissionDenied = errors.New("directory: permission denied")
 )
 
 // sentinelOf maps each ErrorCode to its sentinel (nil for OK and codes it
@@ -86,6 +89,8 @@ func sentinelOfStatus(c codes.Code) error {
 		return ErrNotFound
 	case codes.AlreadyExists:
 		return ErrAlreadyExists
+	case codes.PermissionDenied:
+		return ErrPermissionDenied
 	}
 	return nil
 }

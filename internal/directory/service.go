@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	pb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/raftengine"
+	"github.com/arbor-storage/arbor/internal/security"
 )
 
 // Engine is what the service needs of the replication engine
@@ -438,9 +441,27 @@ func (s *Service) GetLease(ctx context.Context, req *pb.GetLeaseRequest) (*pb.Le
 
 // --- Configuration table ---
 
+// TenantConfigPrefix is the part of the configuration table tenant t's
+// credentials may read and write (the root of its KV key space); the rest
+// of the table (the cluster's settings, the tenants, other tenants' keys)
+// is refused to them with PermissionDenied.
+func TenantConfigPrefix(t string) string { return "tenants/" + t + "/" }
+
+// checkTenantKey refuses a tenant caller a configuration key (or listing
+// prefix) outside its own part of the table.
+func checkTenantKey(ctx context.Context, key string) error {
+	if t, ok := callerTenant(ctx); ok && !strings.HasPrefix(key, TenantConfigPrefix(t)) {
+		return status.Errorf(codes.PermissionDenied, "permission denied: tenant %q reaches only configuration keys under %q", t, TenantConfigPrefix(t))
+	}
+	return nil
+}
+
 func (s *Service) GetConfig(ctx context.Context, req *pb.GetConfigRequest) (*pb.ConfigEntry, error) {
 	if err := checkConfigKey(req.Key); err != nil {
 		return nil, invalidArgument("%v", err)
+	}
+	if err := checkTenantKey(ctx, req.Key); err != nil {
+		return nil, err
 	}
 	if err := s.linearize(ctx); err != nil {
 		return nil, err
@@ -464,6 +485,9 @@ func (s *Service) ListConfig(ctx context.Context, req *pb.ListConfigRequest) (*p
 	if len(req.Prefix) > maxConfigKeyBytes || len(req.StartAfter) > maxConfigKeyBytes {
 		return nil, invalidArgument("prefix and start_after are limited to %d bytes (maxConfigKeyBytes)", maxConfigKeyBytes)
 	}
+	if err := checkTenantKey(ctx, req.Prefix); err != nil {
+		return nil, err
+	}
 	if err := s.linearize(ctx); err != nil {
 		return nil, err
 	}
@@ -472,6 +496,9 @@ func (s *Service) ListConfig(ctx context.Context, req *pb.ListConfigRequest) (*p
 }
 
 func (s *Service) PutConfig(ctx context.Context, req *pb.PutConfigRequest) (*pb.ConfigEntry, error) {
+	if err := checkTenantKey(ctx, req.Key); err != nil {
+		return nil, err
+	}
 	res, err := s.propose(ctx, &pb.Command{Op: &pb.Command_PutConfig{PutConfig: req}})
 	if err != nil {
 		return nil, err
@@ -480,6 +507,9 @@ func (s *Service) PutConfig(ctx context.Context, req *pb.PutConfigRequest) (*pb.
 }
 
 func (s *Service) DeleteConfig(ctx context.Context, req *pb.DeleteConfigRequest) (*pb.DeleteConfigResponse, error) {
+	if err := checkTenantKey(ctx, req.Key); err != nil {
+		return nil, err
+	}
 	res, err := s.propose(ctx, &pb.Command{Op: &pb.Command_DeleteConfig{DeleteConfig: req}})
 	if err != nil {
 		return nil, err
@@ -490,6 +520,11 @@ func (s *Service) DeleteConfig(ctx context.Context, req *pb.DeleteConfigRequest)
 // --- File systems ---
 
 func (s *Service) CreateFileSystem(ctx context.Context, req *pb.CreateFileSystemRequest) (*pb.FileSystem, error) {
+	if req.Tenant != "" {
+		if err := security.CheckName(req.Tenant); err != nil {
+			return nil, invalidArgument("tenant: %v", err)
+		}
+	}
 	res, err := s.propose(ctx, &pb.Command{Op: &pb.Command_CreateFileSystem{CreateFileSystem: req}})
 	if err != nil {
 		return nil, err
@@ -525,14 +560,30 @@ func (s *Service) GetFileSystem(ctx context.Context, req *pb.GetFileSystemReques
 	if !ok {
 		return nil, notFound("file system %d %q does not exist", req.Number, req.Name)
 	}
+	if t, ok := callerTenant(ctx); ok && f.GetTenant() != t {
+		return nil, status.Errorf(codes.PermissionDenied, "permission denied: file system %d %q is not tenant %q's", f.GetNumber(), f.GetName(), t)
+	}
 	return f, nil
 }
 
+// callerTenant returns the tenant the caller's certificate names; ok is
+// false for nodes, administrators and the callers of an insecure cluster,
+// which reach every file system.
+func callerTenant(ctx context.Context) (string, bool) {
+	id, ok := security.FromContext(ctx)
+	return id.Name, ok && id.Kind == security.KindTenant
+}
+
+// ListFileSystems lists every file system, or a tenant's own only.
 func (s *Service) ListFileSystems(ctx context.Context, _ *pb.ListFileSystemsRequest) (*pb.ListFileSystemsResponse, error) {
 	if err := s.linearize(ctx); err != nil {
 		return nil, err
 	}
-	return &pb.ListFileSystemsResponse{FileSystems: s.sm.FileSystems()}, nil
+	fss := s.sm.FileSystems()
+	if t, ok := callerTenant(ctx); ok {
+		fss = slices.DeleteFunc(fss, func(f *pb.FileSystem) bool { return f.GetTenant() != t })
+	}
+	return &pb.ListFileSystemsResponse{FileSystems: fss}, nil
 }
 
 func (s *Service) CreateSnapshot(ctx context.Context, req *pb.CreateSnapshotRequest) (*pb.Snapshot, error) {
@@ -626,7 +677,16 @@ func (s *Service) GetDelegationMap(ctx context.Context, req *pb.GetDelegationMap
 	if err := s.linearize(ctx); err != nil {
 		return nil, err
 	}
-	return s.sm.DelegationMap(req.FileSystem), nil
+	m := s.sm.DelegationMap(req.FileSystem)
+	if t, ok := callerTenant(ctx); ok {
+		// A tenant sees the tables of its own file systems only.
+		owned := map[uint64]bool{}
+		for _, f := range s.sm.FileSystems() {
+			owned[f.GetNumber()] = f.GetTenant() == t
+		}
+		m.Delegations = slices.DeleteFunc(m.Delegations, func(d *pb.Delegation) bool { return !owned[d.GetFileSystem()] })
+	}
+	return m, nil
 }
 
 func (s *Service) SetDelegation(ctx context.Context, req *pb.SetDelegationRequest) (*pb.Delegation, error) {

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
-	pb "github.com/arbor-storage/arbor/internal/extent/extentpb"
 )
 
 // Node defaults and bounds.
@@ -118,7 +117,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 }
 
 // Register registers the Extent service.
-func (n *Node) Register(s grpc.ServiceRegistrar) { pb.RegisterExtentServer(s, n.server) }
+// Every method checks the tenancy of the pages it names (tenancy.go).
+func (n *Node) Register(s grpc.ServiceRegistrar) { s.RegisterService(serviceDesc(), n.server) }
 
 // Client is the node's own client.
 func (n *Node) Client() *Client { return n.client }

@@ -16,9 +16,9 @@
 //
 // Keys are tuples (internal/btree/tuple), so they sort element by element;
 // every key starts with the file system number F, so many file systems
-// share one tree. The CLI and the FUSE client use the cluster's one
-// B-tree, the KV store's (internal/kv): F's tuple encoding begins with a
-// byte in 0x14..0x1c, a range of first bytes reserved for file systems.
+// share one tree. The metadata servers keep them in the cluster's system
+// B-tree (kv.SystemSpace), apart from every user's KV key space: no KV
+// credential reaches it (issue 15).
 // Versioned keys end with -S (see Snapshots).
 //
 //	F, 0                 superblock: epoch W, snapshot generation, id layout,

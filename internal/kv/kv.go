@@ -6,12 +6,23 @@
 // only the directory's addresses. The arbor CLI's `arbor kv` commands are
 // such a client.
 //
-// # The root
+// # Key spaces and their roots
 //
-// The cluster has one KV tree. Its root's tagged pointer (btree.PageRef,
-// encoded by AppendBinary) is the value of the directory's config key
-// RootConfigKey. The first client that finds the key missing creates the
-// tree in the lowest-numbered extent, for tenant Tenant, and records the
+// The cluster has one tree per key space (Space): the system space, where
+// the metadata servers keep the file systems' metadata (SystemSpace:
+// config key RootConfigKey, blocks owned by extent tenant Tenant); one
+// space per tenant (TenantSpace, issue 15); and the administrators' own
+// (AdminSpace). A space's tree lives in blocks owned by the space's extent
+// owner, and the extent servers refuse a tenant's credential every block
+// that is not owned by security.ExtentTenant of its authenticated name:
+// a tenant's KV client reaches its own space only, and no KV credential
+// reaches the file systems' metadata (only nodes and administrators can
+// name the system space's blocks, and arbor kv never opens it). A space's
+// root's tagged pointer (btree.PageRef, encoded by AppendBinary) is the
+// value of the directory's config key Space.RootKey (for a tenant, under
+// directory.TenantConfigPrefix, the only config keys its credential
+// reaches). The first client that finds the key missing creates the tree
+// in the lowest-numbered extent, for the space's owner, and records the
 // root with a create-only compare-and-set; a client that loses that race
 // frees the block it allocated and uses the winner's tree. The tree may
 // allocate blocks in every extent that existed when the client opened it.
@@ -41,6 +52,7 @@ import (
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/extent"
 	"github.com/arbor-storage/arbor/internal/retry"
+	"github.com/arbor-storage/arbor/internal/security"
 )
 
 const (
@@ -52,7 +64,42 @@ const (
 	Tenant uint64 = 1
 	// maxExtentPages bounds the pages of the extent map read at open.
 	maxExtentPages = 1000
+	// adminRootConfigKey is the config key of the administrators' space's
+	// root.
+	adminRootConfigKey = "admin/kv/root"
 )
+
+// Space is one KV key space: a tree whose root pointer is the directory
+// config value RootKey and whose blocks are owned by extent tenant Owner.
+type Space struct {
+	RootKey string
+	Owner   uint64
+}
+
+// SystemSpace is the cluster's own tree: the file systems' metadata,
+// which the metadata servers keep (internal/fs).
+func SystemSpace() Space { return Space{RootKey: RootConfigKey, Owner: Tenant} }
+
+// TenantSpace is tenant t's key space, the only one its credentials reach.
+func TenantSpace(t string) Space {
+	return Space{RootKey: directory.TenantConfigPrefix(t) + "kv/root", Owner: security.ExtentTenant(t)}
+}
+
+// AdminSpace is the administrators' own key space (what arbor kv opens
+// for an administrator that names no tenant).
+func AdminSpace() Space {
+	return Space{RootKey: adminRootConfigKey, Owner: security.AdminExtentTenant()}
+}
+
+// SpaceOf is the key space a caller of identity id opens by default: a
+// tenant's own, or the administrators' for an administrator (or a caller
+// of an insecure cluster, which has no identity).
+func SpaceOf(id security.Identity) Space {
+	if id.Kind == security.KindTenant {
+		return TenantSpace(id.Name)
+	}
+	return AdminSpace()
+}
 
 // Directory is what the KV client needs of the directory: the extent map
 // and node table (for the extent client) and the config KV (for the root).
@@ -61,21 +108,6 @@ type Directory interface {
 	extent.Directory
 	GetConfig(ctx context.Context, req *dpb.GetConfigRequest) (*dpb.ConfigEntry, error)
 	PutConfig(ctx context.Context, req *dpb.PutConfigRequest) (*dpb.ConfigEntry, error)
-}
-
-// File systems (internal/fs) keep their metadata in the same tree, under
-// keys whose first byte is in [FileSystemKeysFirst, FileSystemKeysLast]
-// (the tuple encoding of a file system number). The kv commands refuse
-// keys there, so that no user write can damage a file system.
-const (
-	FileSystemKeysFirst byte = 0x14
-	FileSystemKeysLast  byte = 0x1c
-)
-
-// ReservedForFileSystems reports whether key lies in the file systems'
-// part of the tree.
-func ReservedForFileSystems(key []byte) bool {
-	return len(key) > 0 && key[0] >= FileSystemKeysFirst && key[0] <= FileSystemKeysLast
 }
 
 // ErrNoExtents is returned when the cluster has no extent to create the
@@ -100,8 +132,8 @@ func (s *Store) Close() error {
 }
 
 // Dial connects to the cluster whose directory members are at addrs and
-// opens its KV tree (creating it on first use).
-func Dial(ctx context.Context, addrs []string, logger *slog.Logger, opts ...grpc.DialOption) (*Store, error) {
+// opens the tree of key space sp (creating it on first use).
+func Dial(ctx context.Context, addrs []string, sp Space, logger *slog.Logger, opts ...grpc.DialOption) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -114,7 +146,7 @@ func Dial(ctx context.Context, addrs []string, logger *slog.Logger, opts ...grpc
 		dir.Close()
 		return nil, fmt.Errorf("kv: extent client: %w", err)
 	}
-	tr, err := OpenOnExtents(ctx, dir, ec, btree.Config{Logger: logger})
+	tr, err := OpenOnExtents(ctx, dir, ec, sp, btree.Config{Logger: logger})
 	if err != nil {
 		ec.Close()
 		dir.Close()
@@ -123,17 +155,17 @@ func Dial(ctx context.Context, addrs []string, logger *slog.Logger, opts ...grpc
 	return &Store{Tree: tr, closers: []func() error{dir.Close, ec.Close}}, nil
 }
 
-// OpenOnExtents opens the cluster's KV tree over the extent store's client
-// ec (Open over extentstore.New(ec)). One listing first fills ec's cache:
+// OpenOnExtents opens the tree of key space sp over the extent store's
+// client ec (Open over extentstore.New(ec)). One listing first fills ec's cache:
 // opening the tree reads every extent's geometry, one directory call each
 // otherwise. A failure of that listing shows again, with context, in
 // Open's own.
-func OpenOnExtents(ctx context.Context, dir Directory, ec *extent.Client, cfg btree.Config) (*btree.Tree, error) {
+func OpenOnExtents(ctx context.Context, dir Directory, ec *extent.Client, sp Space, cfg btree.Config) (*btree.Tree, error) {
 	_, _ = ec.Extents(ctx)
-	return Open(ctx, dir, extentstore.New(ec), cfg)
+	return Open(ctx, dir, extentstore.New(ec), sp, cfg)
 }
 
-// Open opens the cluster's KV tree over store, creating it if the
+// Open opens the tree of key space sp over store, creating it if the
 // directory records none. cfg is the tree's configuration; Store, Root and
 // Extents are filled in here.
 //
@@ -143,13 +175,13 @@ func OpenOnExtents(ctx context.Context, dir Directory, ec *extent.Client, cfg bt
 // ctx ends (or, if ctx has no deadline, for retry.DefaultOperation; see
 // internal/retry). Only an answer that will not change (a corrupt root
 // pointer, a refusal) fails at once.
-func Open(ctx context.Context, dir Directory, store btree.PageStore, cfg btree.Config) (*btree.Tree, error) {
+func Open(ctx context.Context, dir Directory, store btree.PageStore, sp Space, cfg btree.Config) (*btree.Tree, error) {
 	ctx, cancel := retry.WithDefault(ctx, retry.DefaultOperation)
 	defer cancel()
 	var tr *btree.Tree
 	err := retry.Do(ctx, retry.Policy{Backoff: retry.Failover, Retryable: transient}, func(ctx context.Context, _ int) error {
 		var err error
-		tr, err = open(ctx, dir, store, cfg)
+		tr, err = open(ctx, dir, store, sp, cfg)
 		return err
 	})
 	return tr, err
@@ -177,14 +209,17 @@ func transient(err error) bool {
 	return false
 }
 
-func open(ctx context.Context, dir Directory, store btree.PageStore, cfg btree.Config) (*btree.Tree, error) {
+func open(ctx context.Context, dir Directory, store btree.PageStore, sp Space, cfg btree.Config) (*btree.Tree, error) {
 	extents, err := listExtents(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
-	root, err := findRoot(ctx, dir, store, extents)
+	root, err := findRoot(ctx, dir, store, sp, extents)
 	if err != nil {
 		return nil, err
+	}
+	if root.Tenant != sp.Owner {
+		return nil, fmt.Errorf("kv: config %q: the root %v is not owned by the space's owner %d: %w", sp.RootKey, root, sp.Owner, btree.ErrCorrupt)
 	}
 	if !slices.Contains(extents, root.Extent) {
 		extents = append([]uint64{root.Extent}, extents...)
@@ -218,40 +253,40 @@ func listExtents(ctx context.Context, dir Directory) ([]uint64, error) {
 }
 
 // findRoot reads the root pointer, or creates the tree and records it.
-func findRoot(ctx context.Context, dir Directory, store btree.PageStore, extents []uint64) (btree.PageRef, error) {
-	e, err := dir.GetConfig(ctx, &dpb.GetConfigRequest{Key: RootConfigKey})
+func findRoot(ctx context.Context, dir Directory, store btree.PageStore, sp Space, extents []uint64) (btree.PageRef, error) {
+	e, err := dir.GetConfig(ctx, &dpb.GetConfigRequest{Key: sp.RootKey})
 	if err == nil {
 		root, derr := btree.DecodePageRef(e.GetValue())
 		if derr != nil {
-			return btree.PageRef{}, fmt.Errorf("kv: config %q: %w", RootConfigKey, derr)
+			return btree.PageRef{}, fmt.Errorf("kv: config %q: %w", sp.RootKey, derr)
 		}
 		return root, nil
 	}
 	if !directory.IsNotFound(err) {
-		return btree.PageRef{}, fmt.Errorf("kv: read config %q: %w", RootConfigKey, err)
+		return btree.PageRef{}, fmt.Errorf("kv: read config %q: %w", sp.RootKey, err)
 	}
 	if len(extents) == 0 {
 		return btree.PageRef{}, ErrNoExtents
 	}
-	root, err := btree.Create(ctx, store, extents[0], Tenant)
+	root, err := btree.Create(ctx, store, extents[0], sp.Owner)
 	if err != nil {
 		return btree.PageRef{}, fmt.Errorf("kv: create the tree: %w", err)
 	}
 	created := uint64(0)
-	_, err = dir.PutConfig(ctx, &dpb.PutConfigRequest{Key: RootConfigKey, Value: root.AppendBinary(nil), ExpectedVersion: &created})
+	_, err = dir.PutConfig(ctx, &dpb.PutConfigRequest{Key: sp.RootKey, Value: root.AppendBinary(nil), ExpectedVersion: &created})
 	if err == nil {
 		return root, nil
 	}
 	// Another client recorded its tree first (or our write's outcome is
 	// unknown): use whatever is recorded, and free our block if it is not
 	// ours.
-	e, gerr := dir.GetConfig(ctx, &dpb.GetConfigRequest{Key: RootConfigKey})
+	e, gerr := dir.GetConfig(ctx, &dpb.GetConfigRequest{Key: sp.RootKey})
 	if gerr != nil {
 		return btree.PageRef{}, fmt.Errorf("kv: record the root: %w (then: %v)", err, gerr)
 	}
 	winner, derr := btree.DecodePageRef(e.GetValue())
 	if derr != nil {
-		return btree.PageRef{}, fmt.Errorf("kv: config %q: %w", RootConfigKey, derr)
+		return btree.PageRef{}, fmt.Errorf("kv: config %q: %w", sp.RootKey, derr)
 	}
 	if winner != root {
 		block := root

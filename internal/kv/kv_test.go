@@ -95,7 +95,7 @@ func TestOpenCreatesOnceAndShares(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tr, err := Open(ctx, dir, store, btree.Config{})
+			tr, err := Open(ctx, dir, store, SystemSpace(), btree.Config{})
 			if err != nil {
 				t.Error(err)
 				return
@@ -127,7 +127,7 @@ func TestOpenCreatesOnceAndShares(t *testing.T) {
 	if err := trees[1].Put(ctx, []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	later, err := Open(ctx, dir, store, btree.Config{})
+	later, err := Open(ctx, dir, store, SystemSpace(), btree.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestOpenWithoutExtents(t *testing.T) {
 	dir.extents = nil
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if _, err := Open(ctx, dir, store, btree.Config{}); !errors.Is(err, ErrNoExtents) {
+	if _, err := Open(ctx, dir, store, SystemSpace(), btree.Config{}); !errors.Is(err, ErrNoExtents) {
 		t.Fatalf("Open = %v, want ErrNoExtents", err)
 	}
 }
@@ -205,7 +205,7 @@ func TestOpenWaitsForAStartingCluster(t *testing.T) {
 	errs := make([]error, clients)
 	for i := range clients {
 		wg.Go(func() {
-			tr, err := Open(ctx, dir, store, btree.Config{})
+			tr, err := Open(ctx, dir, store, SystemSpace(), btree.Config{})
 			if err != nil {
 				errs[i] = err
 				return
@@ -231,7 +231,7 @@ func TestOpenWaitsForAStartingCluster(t *testing.T) {
 func TestOpenRefusesABadRoot(t *testing.T) {
 	dir, store := newFake(t)
 	dir.config[RootConfigKey] = &dpb.ConfigEntry{Key: RootConfigKey, Value: []byte("short"), Version: 1}
-	if _, err := Open(context.Background(), dir, store, btree.Config{}); err == nil {
+	if _, err := Open(context.Background(), dir, store, SystemSpace(), btree.Config{}); err == nil {
 		t.Fatal("Open accepted a malformed root pointer")
 	}
 }

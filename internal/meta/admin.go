@@ -40,7 +40,11 @@ func (s *Server) tablesOf(ctx context.Context, f uint64) ([]*dpb.Delegation, err
 // CreateFileSystem creates a file system (or finds it), formats its
 // metadata and gives its first table, every directory id, to this server.
 func (s *Server) CreateFileSystem(ctx context.Context, req *pb.CreateFileSystemRequest) (*pb.FileSystemResponse, error) {
-	rec, created, err := s.createFileSystem(ctx, req.GetName(), req.GetDataLayout())
+	tenant, err := effectiveTenant(ctx, req.GetTenant())
+	if err != nil {
+		return &pb.FileSystemResponse{Error: errorToPB(err)}, nil
+	}
+	rec, created, err := s.createFileSystem(ctx, req.GetName(), req.GetDataLayout(), tenant)
 	if err != nil {
 		return &pb.FileSystemResponse{Error: errorToPB(err)}, nil
 	}
@@ -103,7 +107,7 @@ func (s *Server) checkLayoutSurvival(ctx context.Context, layout string, survive
 	return nil
 }
 
-func (s *Server) createFileSystem(ctx context.Context, name, layout string) (*dpb.FileSystem, bool, error) {
+func (s *Server) createFileSystem(ctx context.Context, name, layout, tenant string) (*dpb.FileSystem, bool, error) {
 	if err := CheckFileSystemName(name); err != nil {
 		return nil, false, err
 	}
@@ -125,13 +129,16 @@ func (s *Server) createFileSystem(ctx context.Context, name, layout string) (*dp
 		}
 	}
 	created := true
-	rec, err := s.cfg.Directory.CreateFileSystem(ctx, &dpb.CreateFileSystemRequest{Name: name, DataLayout: layout})
+	rec, err := s.cfg.Directory.CreateFileSystem(ctx, &dpb.CreateFileSystemRequest{Name: name, DataLayout: layout, Tenant: tenant})
 	if errors.Is(err, directory.ErrAlreadyExists) {
 		created = false
 		rec, err = s.cfg.Directory.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Name: name})
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("create file system %q: %w", name, directoryError(err))
+	}
+	if rec.GetTenant() != tenant {
+		return nil, false, errOtherTenant(name, rec.GetTenant(), tenant)
 	}
 	f := rec.GetNumber()
 	if err := fs.Format(ctx, fs.BTreeMeta{Tree: s.tree()}, f, fs.DefaultLayout, time.Now()); err != nil {

@@ -261,11 +261,20 @@ func (c *Client) CreateFileSystem(ctx context.Context, name string) (number uint
 // default): a layout the cluster cannot hold is refused and nothing is
 // created. A file system that exists keeps its layout.
 func (c *Client) CreateFileSystemLayout(ctx context.Context, name, layout string) (number uint64, created bool, err error) {
+	return c.CreateTenantFileSystem(ctx, name, layout, "")
+}
+
+// CreateTenantFileSystem is CreateFileSystemLayout for tenant: the file
+// system belongs to it (issue 15). A tenant's credential may name only
+// itself ("" stands for itself); an administrator's any tenant ("": the
+// cluster's own file system, which no tenant reaches). An existing file
+// system of another tenant is refused (EEXIST, or EACCES to a tenant).
+func (c *Client) CreateTenantFileSystem(ctx context.Context, name, layout, tenant string) (number uint64, created bool, err error) {
 	if err := CheckFileSystemName(name); err != nil {
 		return 0, false, err
 	}
 	err = c.anyServer(ctx, func(ctx context.Context, cl pb.MetaClient) (*pb.Error, error) {
-		resp, err := cl.CreateFileSystem(ctx, &pb.CreateFileSystemRequest{Name: name, DataLayout: layout})
+		resp, err := cl.CreateFileSystem(ctx, &pb.CreateFileSystemRequest{Name: name, DataLayout: layout, Tenant: tenant})
 		number, created = resp.GetNumber(), resp.GetCreated()
 		return resp.GetError(), err
 	})

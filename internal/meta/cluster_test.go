@@ -44,6 +44,9 @@ type testCluster struct {
 	// slow, if set, is the page store the servers' trees use (it delays
 	// commits while armed).
 	slow *slowPages
+	// serverOpts are the servers' gRPC options (tenancy_test.go's
+	// identity interceptor).
+	serverOpts []grpc.ServerOption
 }
 
 type testServer struct {
@@ -98,7 +101,7 @@ func (c *testCluster) start(id uint64) {
 		c.t.Fatal(err)
 	}
 	ts.srv = srv
-	ts.grpc = grpc.NewServer()
+	ts.grpc = grpc.NewServer(c.serverOpts...)
 	srv.Register(ts.grpc)
 	go func() { _ = ts.grpc.Serve(lis) }()
 	srv.Start()

@@ -49,6 +49,10 @@ type FSClient struct {
 	// sessions it knows of).
 	sessionReady chan struct{}
 	readyOnce    sync.Once
+	// sessionErr, set before sessionReady closes, is why the session can
+	// never be written: the file system is not the caller's tenant's
+	// (EACCES). Every request then fails with it.
+	sessionErr error
 	// j holds the operations answered early until they are durable
 	// (journal.go); early says whether the session asks for early answers.
 	j     *journal
@@ -156,20 +160,36 @@ func (m *FSClient) renewSession() {
 		ctx, cancel := context.WithTimeout(context.Background(), sessionRenewal)
 		defer cancel()
 		if err := m.sessionCall(ctx, false); err != nil {
+			if errors.Is(err, syscall.EACCES) {
+				// Refused for good: another tenant's file system.
+				m.readyOnce.Do(func() {
+					m.sessionErr = err
+					close(m.sessionReady)
+				})
+				return 0
+			}
 			m.c.log.Warn("renewing the session record; trying again in a second", "fs", m.f, "session", m.session, "err", err)
 			return time.Second
 		}
 		m.readyOnce.Do(func() { close(m.sessionReady) })
 		return sessionRenewal
 	}
-	t := time.NewTimer(renew())
+	first := renew()
+	if first == 0 {
+		return
+	}
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-t.C:
-			t.Reset(renew())
+			next := renew()
+			if next == 0 {
+				return
+			}
+			t.Reset(next)
 		}
 	}
 }
@@ -324,6 +344,9 @@ func (m *FSClient) send(ctx context.Context, d uint64, recorded bool, fn sendFun
 		case <-m.sessionReady:
 		case <-ctx.Done():
 			return fmt.Errorf("%w: waiting for the session record: %w", syscall.EIO, ctx.Err())
+		}
+		if m.sessionErr != nil {
+			return m.sessionErr
 		}
 	}
 	h := m.header()

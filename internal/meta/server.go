@@ -126,6 +126,9 @@ type Server struct {
 	borrowMu sync.Mutex
 	borrowed map[uint64]*borrowed
 
+	// owners: the tenant of each file system callers named (tenancy.go).
+	owners ownerCache
+
 	place placer
 
 	// capacity is the cluster's capacity statfs reports (capacity.go).
@@ -250,7 +253,8 @@ func NewServer(cfg Config) (*Server, error) {
 }
 
 // Register registers the Meta service on r.
-func (s *Server) Register(r grpc.ServiceRegistrar) { pb.RegisterMetaServer(r, s) }
+// Every method checks the caller's tenant first (tenancy.go).
+func (s *Server) Register(r grpc.ServiceRegistrar) { r.RegisterService(s.serviceDesc(), s) }
 
 // Start starts the background work: following the delegation map,
 // renewing leases, the coordinator, reclaiming orphans.

@@ -148,6 +148,10 @@ func requestError(err error) error {
 		}
 	case codes.Unimplemented:
 		return fmt.Errorf("meta: the metadata server does not serve this request (another version?): %s: %w", msg, syscall.ENOTSUP)
+	case codes.PermissionDenied:
+		// Another tenant's file system, or a method not open to the
+		// caller (tenancy.go): asking again changes nothing.
+		return fmt.Errorf("meta: %s: %w", strings.TrimPrefix(msg, "permission denied: "), syscall.EACCES)
 	}
 	return nil
 }

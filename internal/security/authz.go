@@ -92,17 +92,25 @@ func DefaultPolicy() Policy {
 	add("arbor.raftengine.v1.RaftTransport", ClassNode, "Send", "Snapshot")
 	add("arbor.directory.v1.Directory", ClassAny,
 		"Status", "ListNodes", "GetNode", "GetMemberStats",
-		"GetConfig", "ListConfig",
-		"CreateFileSystem", "DeleteFileSystem", "GetFileSystem", "ListFileSystems", "CreateSnapshot", "DeleteSnapshot",
+		// A tenant reads and writes its own part of the configuration
+		// only (directory.TenantConfigPrefix: its KV root).
+		"GetConfig", "ListConfig", "PutConfig", "DeleteConfig",
+		// A tenant gets and lists its own file systems only (the
+		// directory checks).
+		"GetFileSystem", "ListFileSystems",
 		"GetTLT", "GetExtent", "ListExtents", "GetDelegationMap")
 	add("arbor.directory.v1.Directory", ClassAdmin,
 		// Nodes register and heartbeat; an operator may too (a node's
 		// record by hand), a tenant never.
 		"Register", "Heartbeat",
-		"InitCluster", "Decommission", "PutConfig", "DeleteConfig",
+		"InitCluster", "Decommission",
 		"InstallTLT", "UpdateTLTRows",
 		// The extent manager (a node) creates extents.
 		"CreateExtent",
+		// File systems and snapshots are created and deleted through the
+		// metadata service (which checks the caller's tenant), never by a
+		// tenant at the directory.
+		"CreateFileSystem", "DeleteFileSystem", "CreateSnapshot", "DeleteSnapshot",
 		"ChangeExtentReplicas",
 		"SetDelegation", "DeleteDelegation", "SplitDelegation",
 		// Leases and delegations are the metadata servers' (nodes');
@@ -120,8 +128,10 @@ func DefaultPolicy() Policy {
 		"Lookup", "GetAttr", "SetAttr", "Create", "Readlink", "Link", "Remove", "Rename", "ReadDir", "Xattr",
 		"Open", "Release", "SyncOpens", "StatFS", "FileBlocks", "CommitBlocks", "Session", "WaitSafe",
 		"CreateFileSystem", "DeleteFileSystem", "CreateSnapshot", "DeleteSnapshot", "Check",
-		"TableStats", "Tables", "Progress")
-	add("arbor.meta.v1.Meta", ClassAdmin, "MoveTable", "SplitTable")
+		"TableStats", "Progress")
+	// Tables is the metadata servers' order to each other (refresh, sweep,
+	// drain a file system's tables).
+	add("arbor.meta.v1.Meta", ClassAdmin, "MoveTable", "SplitTable", "Tables")
 	add("arbor.faults.v1.Admin", ClassAny, "GetFaults")
 	add("arbor.faults.v1.Admin", ClassAdmin, "SetFaults")
 	return p

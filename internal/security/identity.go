@@ -2,7 +2,9 @@ package security
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/url"
@@ -160,4 +162,24 @@ func WithIdentity(ctx context.Context, id Identity) context.Context {
 func FromContext(ctx context.Context) (id Identity, ok bool) {
 	id, ok = ctx.Value(identityKey{}).(Identity)
 	return id, ok
+}
+
+// ExtentTenant is the extent-store tenant (the 64-bit owner in every
+// extent block's ownership record, FSS §3) of tenant name's data: the
+// first 8 bytes of SHA-256("arbor tenant " + name) with the top bit set.
+// The extent servers refuse a tenant's credential every page and block
+// whose owner is not ExtentTenant of its name, so the owner recorded in a
+// tenant's blocks is always its authenticated identity. Values below 2^63
+// are the cluster's own (file-system metadata is 1).
+func ExtentTenant(name string) uint64 {
+	return extentOwner("arbor tenant " + name)
+}
+
+// AdminExtentTenant is the extent-store owner of the administrators' own
+// KV key space: no tenant's ExtentTenant (the hash input differs).
+func AdminExtentTenant() uint64 { return extentOwner("arbor admin") }
+
+func extentOwner(s string) uint64 {
+	sum := sha256.Sum256([]byte(s))
+	return binary.BigEndian.Uint64(sum[:8]) | 1<<63
 }

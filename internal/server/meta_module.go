@@ -61,7 +61,7 @@ func (m *metaModule) Init(_ context.Context, env *Env) error {
 			if err != nil {
 				return nil, nil, err
 			}
-			tree, err := kv.OpenOnExtents(ctx, dir, ec, btree.Config{Logger: env.Logger, LeafCacheBytes: metaLeafCacheBytes})
+			tree, err := kv.OpenOnExtents(ctx, dir, ec, kv.SystemSpace(), btree.Config{Logger: env.Logger, LeafCacheBytes: metaLeafCacheBytes})
 			if err != nil {
 				ec.Close()
 				return nil, nil, err

@@ -1176,7 +1176,11 @@ type FileSystem struct {
 	// The tract-store layout of the blobs of the file system's new files
 	// (replicas:K or ec:D+P; empty: the tract store's default replication).
 	// Metadata stays in the replicated extent store whatever it is.
-	DataLayout    string `protobuf:"bytes,7,opt,name=data_layout,json=dataLayout,proto3" json:"data_layout,omitempty"`
+	DataLayout string `protobuf:"bytes,7,opt,name=data_layout,json=dataLayout,proto3" json:"data_layout,omitempty"`
+	// The tenant that owns the file system (issue 15): only its credentials
+	// (and administrators and nodes) reach it. Empty: the cluster's own,
+	// reached by administrators and nodes only.
+	Tenant        string `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1256,6 +1260,13 @@ func (x *FileSystem) GetNextSnapshot() uint64 {
 func (x *FileSystem) GetDataLayout() string {
 	if x != nil {
 		return x.DataLayout
+	}
+	return ""
+}
+
+func (x *FileSystem) GetTenant() string {
+	if x != nil {
+		return x.Tenant
 	}
 	return ""
 }
@@ -2524,7 +2535,10 @@ type CreateFileSystemRequest struct {
 	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	TenantId uint64                 `protobuf:"varint,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// FileSystem.data_layout, checked by the metadata service.
-	DataLayout    string `protobuf:"bytes,3,opt,name=data_layout,json=dataLayout,proto3" json:"data_layout,omitempty"`
+	DataLayout string `protobuf:"bytes,3,opt,name=data_layout,json=dataLayout,proto3" json:"data_layout,omitempty"`
+	// FileSystem.tenant, the authenticated tenant of the metadata service's
+	// caller or one an administrator names.
+	Tenant        string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2576,6 +2590,13 @@ func (x *CreateFileSystemRequest) GetTenantId() uint64 {
 func (x *CreateFileSystemRequest) GetDataLayout() string {
 	if x != nil {
 		return x.DataLayout
+	}
+	return ""
+}
+
+func (x *CreateFileSystemRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
 	}
 	return ""
 }
@@ -5209,7 +5230,7 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\bSnapshot\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x04R\x06number\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
-	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\"\xff\x01\n" +
+	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\"\x97\x02\n" +
 	"\n" +
 	"FileSystem\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x04R\x06number\x12\x12\n" +
@@ -5219,7 +5240,8 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\tsnapshots\x18\x05 \x03(\v2\x1c.arbor.directory.v1.SnapshotR\tsnapshots\x12#\n" +
 	"\rnext_snapshot\x18\x06 \x01(\x04R\fnextSnapshot\x12\x1f\n" +
 	"\vdata_layout\x18\a \x01(\tR\n" +
-	"dataLayout\"\xc3\x01\n" +
+	"dataLayout\x12\x16\n" +
+	"\x06tenant\x18\b \x01(\tR\x06tenant\"\xc3\x01\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vholder_node\x18\x02 \x01(\x04R\n" +
@@ -5306,12 +5328,13 @@ const file_internal_directory_directorypb_directory_proto_rawDesc = "" +
 	"\tsplit_key\x18\x03 \x01(\fR\bsplitKey\"z\n" +
 	"\x0eDelegationPair\x122\n" +
 	"\x04left\x18\x01 \x01(\v2\x1e.arbor.directory.v1.DelegationR\x04left\x124\n" +
-	"\x05right\x18\x02 \x01(\v2\x1e.arbor.directory.v1.DelegationR\x05right\"k\n" +
+	"\x05right\x18\x02 \x01(\v2\x1e.arbor.directory.v1.DelegationR\x05right\"\x83\x01\n" +
 	"\x17CreateFileSystemRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\x04R\btenantId\x12\x1f\n" +
 	"\vdata_layout\x18\x03 \x01(\tR\n" +
-	"dataLayout\"1\n" +
+	"dataLayout\x12\x16\n" +
+	"\x06tenant\x18\x04 \x01(\tR\x06tenant\"1\n" +
 	"\x17DeleteFileSystemRequest\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x04R\x06number\"L\n" +
 	"\x15CreateSnapshotRequest\x12\x1f\n" +

@@ -2850,7 +2850,11 @@ type CreateFileSystemRequest struct {
 	// The layout of the file system's file data (replicas:K or ec:D+P;
 	// empty: the tract store's default). Refused, creating nothing, if the
 	// cluster cannot hold it (too few failure domains for ec:D+P).
-	DataLayout    string `protobuf:"bytes,2,opt,name=data_layout,json=dataLayout,proto3" json:"data_layout,omitempty"`
+	DataLayout string `protobuf:"bytes,2,opt,name=data_layout,json=dataLayout,proto3" json:"data_layout,omitempty"`
+	// The tenant that will own the file system. A tenant's credential may
+	// name only itself (empty: itself); an administrator any tenant (empty:
+	// the cluster's own file system, which no tenant reaches).
+	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2895,6 +2899,13 @@ func (x *CreateFileSystemRequest) GetName() string {
 func (x *CreateFileSystemRequest) GetDataLayout() string {
 	if x != nil {
 		return x.DataLayout
+	}
+	return ""
+}
+
+func (x *CreateFileSystemRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
 	}
 	return ""
 }
@@ -4685,11 +4696,12 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x03ack\x18\x05 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\"Q\n" +
 	"\x0eSessionRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\bR\x03end\"N\n" +
+	"\x03end\x18\x02 \x01(\bR\x03end\"f\n" +
 	"\x17CreateFileSystemRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vdata_layout\x18\x02 \x01(\tR\n" +
-	"dataLayout\"\x86\x01\n" +
+	"dataLayout\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"\x86\x01\n" +
 	"\x12FileSystemResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12\x16\n" +
 	"\x06number\x18\x02 \x01(\x04R\x06number\x12\x12\n" +

@@ -302,7 +302,11 @@ type BlobMeta struct {
 	// Set for an erasure-coded blob (layout ec:D+P, DESIGN.md §2.9): each
 	// data tract is one Reed-Solomon stripe whose shard i lives on slot i of
 	// the tract's row; `replication` is then D+P (the slots it uses).
-	Ec            *ErasureCode `protobuf:"bytes,8,opt,name=ec,proto3" json:"ec,omitempty"`
+	Ec *ErasureCode `protobuf:"bytes,8,opt,name=ec,proto3" json:"ec,omitempty"`
+	// The tenant that owns the blob (issue 15), recorded at create: only its
+	// credentials (and administrators and nodes) reach it. Empty: the
+	// cluster's own.
+	Tenant        string `protobuf:"bytes,9,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +395,13 @@ func (x *BlobMeta) GetEc() *ErasureCode {
 		return x.Ec
 	}
 	return nil
+}
+
+func (x *BlobMeta) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 // ErasureCode is an erasure-coded blob's geometry: D data shards and P
@@ -1150,7 +1161,11 @@ type BlobOpRequest struct {
 	// Names the request across retries (at most 32 bytes; empty: none).
 	RequestId []byte `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// CREATE: an erasure-coded blob (replication must then be 0).
-	Ec            *ErasureCode `protobuf:"bytes,8,opt,name=ec,proto3" json:"ec,omitempty"`
+	Ec *ErasureCode `protobuf:"bytes,8,opt,name=ec,proto3" json:"ec,omitempty"`
+	// CREATE: the tenant the blob will belong to. A tenant's credential may
+	// name only itself (empty: itself); an administrator or a node any
+	// tenant (empty: the cluster's own).
+	Tenant        string `protobuf:"bytes,9,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1239,6 +1254,13 @@ func (x *BlobOpRequest) GetEc() *ErasureCode {
 		return x.Ec
 	}
 	return nil
+}
+
+func (x *BlobOpRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 type BlobOpResponse struct {
@@ -3204,7 +3226,7 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x05Stamp\x12\x1f\n" +
 	"\vrow_version\x18\x01 \x01(\x04R\n" +
 	"rowVersion\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xc3\x02\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xdb\x02\n" +
 	"\bBlobMeta\x12#\n" +
 	"\rlength_tracts\x18\x01 \x01(\x04R\flengthTracts\x12 \n" +
 	"\vreplication\x18\x02 \x01(\rR\vreplication\x12 \n" +
@@ -3213,7 +3235,8 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x0fcreated_unix_ms\x18\x05 \x01(\x03R\rcreatedUnixMs\x12(\n" +
 	"\x10modified_unix_ms\x18\x06 \x01(\x03R\x0emodifiedUnixMs\x125\n" +
 	"\x06recent\x18\a \x03(\v2\x1d.arbor.tract.v1.RecentRequestR\x06recent\x12+\n" +
-	"\x02ec\x18\b \x01(\v2\x1b.arbor.tract.v1.ErasureCodeR\x02ec\"9\n" +
+	"\x02ec\x18\b \x01(\v2\x1b.arbor.tract.v1.ErasureCodeR\x02ec\x12\x16\n" +
+	"\x06tenant\x18\t \x01(\tR\x06tenant\"9\n" +
 	"\vErasureCode\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\rR\x04data\x12\x16\n" +
 	"\x06parity\x18\x02 \x01(\rR\x06parity\"\xcb\x01\n" +
@@ -3273,7 +3296,7 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x11ReadTractResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12-\n" +
-	"\x04meta\x18\x03 \x01(\v2\x19.arbor.tract.v1.TractMetaR\x04meta\"\x97\x02\n" +
+	"\x04meta\x18\x03 \x01(\v2\x19.arbor.tract.v1.TractMetaR\x04meta\"\xaf\x02\n" +
 	"\rBlobOpRequest\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\rR\x04disk\x12\x12\n" +
 	"\x04guid\x18\x02 \x01(\fR\x04guid\x12\x1f\n" +
@@ -3284,7 +3307,8 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\rextend_tracts\x18\x06 \x01(\x04R\fextendTracts\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\a \x01(\fR\trequestId\x12+\n" +
-	"\x02ec\x18\b \x01(\v2\x1b.arbor.tract.v1.ErasureCodeR\x02ec\">\n" +
+	"\x02ec\x18\b \x01(\v2\x1b.arbor.tract.v1.ErasureCodeR\x02ec\x12\x16\n" +
+	"\x06tenant\x18\t \x01(\tR\x06tenant\">\n" +
 	"\x0eBlobOpResponse\x12,\n" +
 	"\x04meta\x18\x01 \x01(\v2\x18.arbor.tract.v1.BlobMetaR\x04meta\"U\n" +
 	"\x10BlobMetasRequest\x12\x12\n" +

@@ -1,0 +1,77 @@
+package security
+
+import (
+	"context"
+	"slices"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Guard is a service's own check of a call, beyond the policy's class: the
+// tenancy of the data a request names (which tenant's file system, blob or
+// pages). Check runs before the handler and refuses by returning an error
+// (PermissionDenied); Filter, if set, may change or refuse the handler's
+// answer (drop what is another tenant's).
+type Guard struct {
+	Check  func(ctx context.Context, method string, req any) error
+	Filter func(ctx context.Context, method string, resp any) (any, error)
+}
+
+// GuardService returns a copy of desc whose every unary method runs g
+// around its handler. The guard runs inside the server's interceptor
+// chain (after the Authorizer put the caller's identity in the context,
+// and only for calls it let through); streaming methods are refused to
+// tenants, as a guard cannot see their messages.
+func GuardService(desc *grpc.ServiceDesc, g Guard) *grpc.ServiceDesc {
+	out := *desc
+	out.Methods = slices.Clone(desc.Methods)
+	for i := range out.Methods {
+		inner := out.Methods[i].Handler
+		out.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			guard := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+				if err := g.Check(ctx, info.FullMethod, req); err != nil {
+					return nil, err
+				}
+				resp, err := handler(ctx, req)
+				if err != nil || g.Filter == nil {
+					return resp, err
+				}
+				return g.Filter(ctx, info.FullMethod, resp)
+			}
+			if ic == nil {
+				return inner(srv, ctx, dec, guard)
+			}
+			return inner(srv, ctx, dec, func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+				return ic(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+					return guard(ctx, req, info, handler)
+				})
+			})
+		}
+	}
+	out.Streams = slices.Clone(desc.Streams)
+	for i := range out.Streams {
+		inner := out.Streams[i].Handler
+		out.Streams[i].Handler = func(srv any, stream grpc.ServerStream) error {
+			if _, ok := CallerTenant(stream.Context()); ok {
+				return PermissionDenied("streams of %s are not open to tenants", desc.ServiceName)
+			}
+			return inner(srv, stream)
+		}
+	}
+	return &out
+}
+
+// CallerTenant returns the tenant the caller's certificate names; ok is
+// false for nodes, administrators and the callers of an insecure server
+// (no identity), which reach every tenant's data.
+func CallerTenant(ctx context.Context) (string, bool) {
+	id, ok := FromContext(ctx)
+	return id.Name, ok && id.Kind == KindTenant
+}
+
+// PermissionDenied is the refusal of data that is not the caller's.
+func PermissionDenied(format string, args ...any) error {
+	return status.Errorf(codes.PermissionDenied, "permission denied: "+format, args...)
+}
