@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/arbor-storage/arbor/internal/directory"
+	"github.com/arbor-storage/arbor/internal/security"
 	"github.com/arbor-storage/arbor/internal/tract"
 )
 
@@ -87,15 +88,25 @@ func (f *transferFlags) mode() (progressMode, error) { return parseProgressMode(
 func newBlobPutCmd(a *app) *cobra.Command {
 	var f transferFlags
 	var replication int
-	var id, layout string
+	var id, layout, tenant string
 	cmd := &cobra.Command{
 		Use:   "put FILE",
 		Short: "Store a file as a new blob and print its id",
-		Args:  cobra.ExactArgs(1),
+		Long: `Store a file as a new blob and print its id. The blob belongs to the
+tenant of the credential (issue 15): only that tenant's credentials (and
+administrators) can get, stat or delete it. An administrator gives a blob
+to tenant T with --tenant T (without it: a blob of the cluster's own,
+which no tenant reaches).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mode, err := f.mode()
 			if err != nil {
 				return err
+			}
+			if tenant != "" {
+				if err := security.CheckName(tenant); err != nil {
+					return fmt.Errorf("--tenant: %w", err)
+				}
 			}
 			l := tract.Layout{Replicas: replication}
 			if layout != "" {
@@ -129,7 +140,7 @@ func newBlobPutCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			if err := putFile(ctx, c.tract, g, l, file, info.Size(), newProgress(a.stderr, mode, "put", info.Size(), true)); err != nil {
+			if err := putFile(ctx, c.tract, g, l, tenant, file, info.Size(), newProgress(a.stderr, mode, "put", info.Size(), true)); err != nil {
 				return err
 			}
 			fmt.Fprintln(a.stdout, g)
@@ -140,17 +151,19 @@ func newBlobPutCmd(a *app) *cobra.Command {
 	cmd.Flags().IntVar(&replication, "replication", 0, "replicas of each tract (default: 3, or the TLT's row width if smaller)")
 	cmd.Flags().StringVar(&layout, "layout", "", "the blob's layout: replicas:K, or ec:D+P for Reed-Solomon stripes (ec: 5+2); needs TLT rows of D+P servers in distinct failure domains")
 	cmd.Flags().StringVar(&id, "id", "", "the blob's id, 32 hexadecimal digits (default: random)")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "the tenant the blob belongs to (default: the credential's tenant; an administrator's: none)")
 	return cmd
 }
 
-// putFile creates blob g and writes size bytes of r into it, tract by
-// tract, keeping the client's simultaneous limit of writes in flight.
-func putFile(ctx context.Context, c *tract.Client, g tract.GUID, layout tract.Layout, r io.ReaderAt, size int64, bar *progress) error {
+// putFile creates blob g for tenant ("": the caller's) and writes size
+// bytes of r into it, tract by tract, keeping the client's simultaneous
+// limit of writes in flight.
+func putFile(ctx context.Context, c *tract.Client, g tract.GUID, layout tract.Layout, tenant string, r io.ReaderAt, size int64, bar *progress) error {
 	ts, err := c.TractSize(ctx)
 	if err != nil {
 		return err
 	}
-	b, err := c.CreateBlobLayout(ctx, g, layout, 0)
+	b, err := c.CreateTenantBlob(ctx, g, layout, 0, tenant)
 	if err != nil {
 		return fmt.Errorf("create blob %s: %w", g, err)
 	}

@@ -308,11 +308,13 @@ func (c *Cluster) OpenFS(ctx context.Context, rec *dpb.FileSystem, snap uint64) 
 	if err != nil {
 		return nil, err
 	}
-	// New files' blobs get the file system's layout.
+	// New files' blobs get the file system's layout, and belong to its
+	// tenant (whoever writes them: an administrator's mount too).
 	data, err := all.WithLayout(rec.GetDataLayout())
 	if err != nil {
 		return nil, fmt.Errorf("file system %q: %w", rec.GetName(), err)
 	}
+	data = data.WithTenant(rec.GetTenant())
 	if snap != 0 && !slices.ContainsFunc(rec.GetSnapshots(), func(s *dpb.Snapshot) bool { return s.GetNumber() == snap }) {
 		return nil, fmt.Errorf("file system %q has no snapshot %d", rec.GetName(), snap)
 	}

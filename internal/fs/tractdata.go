@@ -19,6 +19,9 @@ type TractData struct {
 	// layout is each new blob's (replicas:0 is the tract store's default
 	// replication); a file system's own (WithLayout) for its files.
 	layout tract.Layout
+	// tenant owns the blobs d creates (WithTenant: a file system's
+	// tenant); "" the caller's own.
+	tenant string
 
 	*openBlobs
 }
@@ -79,9 +82,18 @@ func (d *TractData) WithLayout(layout string) (*TractData, error) {
 	return &v, nil
 }
 
-// create makes blob g of n tracts with d's layout.
+// WithTenant returns a view of d whose new blobs belong to tenant (a file
+// system's tenant: its files' blobs are its tenant's whoever writes them,
+// so an administrator's mount makes blobs the tenant's mounts can read).
+func (d *TractData) WithTenant(tenant string) *TractData {
+	v := *d
+	v.tenant = tenant
+	return &v
+}
+
+// create makes blob g of n tracts with d's layout, for d's tenant.
 func (d *TractData) create(ctx context.Context, g GUID, n uint64) (*tract.Blob, error) {
-	return d.c.CreateBlobLayout(ctx, tract.GUID(g), d.layout, n)
+	return d.c.CreateTenantBlob(ctx, tract.GUID(g), d.layout, n, d.tenant)
 }
 
 // TractSize implements DataStore.

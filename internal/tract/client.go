@@ -385,6 +385,11 @@ func (c *Client) CreateBlob(ctx context.Context, g GUID, replication int) (*Blob
 // CreateBlobSized is CreateBlob of a blob that starts n tracts long (an
 // ExtendBlobSize in the same round): the caller owns tracts [0, n).
 func (c *Client) CreateBlobSized(ctx context.Context, g GUID, replication int, n uint64) (*Blob, error) {
+	return c.createSized(ctx, g, replication, n, "")
+}
+
+// createSized is CreateBlobSized of a blob for tenant (BlobOpRequest.tenant).
+func (c *Client) createSized(ctx context.Context, g GUID, replication int, n uint64, tenant string) (*Blob, error) {
 	if n > maxExtendTracts {
 		return nil, invalidf("create with %d tracts: must be at most %d (maxExtendTracts)", n, maxExtendTracts)
 	}
@@ -398,7 +403,8 @@ func (c *Client) CreateBlobSized(ctx context.Context, g GUID, replication int, n
 	if replication < 1 || replication > t.Replication {
 		return nil, invalidf("replication %d: must be in [1, %d] (the TLT's)", replication, t.Replication)
 	}
-	m, err := c.blobOp(ctx, g, &tpb.BlobOpRequest{Op: tpb.BlobOpKind_BLOB_OP_CREATE, Replication: uint32(replication), ExtendTracts: n, RequestId: newRequestID()})
+	m, err := c.blobOp(ctx, g, &tpb.BlobOpRequest{Op: tpb.BlobOpKind_BLOB_OP_CREATE, Replication: uint32(replication), ExtendTracts: n, RequestId: newRequestID(),
+		Tenant: tenant})
 	if err != nil {
 		return nil, err
 	}

@@ -291,8 +291,16 @@ type checkedLayout struct {
 // failure domains; otherwise it is refused with INVALID_ARGUMENT and
 // nothing is created.
 func (c *Client) CreateBlobLayout(ctx context.Context, g GUID, l Layout, n uint64) (*Blob, error) {
+	return c.CreateTenantBlob(ctx, g, l, n, "")
+}
+
+// CreateTenantBlob is CreateBlobLayout of a blob that belongs to tenant
+// (issue 15): a tenant's credential may name only itself ("" stands for
+// itself), an administrator's or a node's any tenant ("": the cluster's
+// own blob, which no tenant reaches).
+func (c *Client) CreateTenantBlob(ctx context.Context, g GUID, l Layout, n uint64, tenant string) (*Blob, error) {
 	if !l.IsEC() {
-		return c.CreateBlobSized(ctx, g, l.Replicas, n)
+		return c.createSized(ctx, g, l.Replicas, n, tenant)
 	}
 	if n > maxExtendTracts {
 		return nil, invalidf("create with %d tracts: must be at most %d (maxExtendTracts)", n, maxExtendTracts)
@@ -300,7 +308,7 @@ func (c *Client) CreateBlobLayout(ctx context.Context, g GUID, l Layout, n uint6
 	if err := c.CheckLayout(ctx, l); err != nil {
 		return nil, err
 	}
-	m, err := c.blobOp(ctx, g, &tpb.BlobOpRequest{Op: tpb.BlobOpKind_BLOB_OP_CREATE, Ec: l.EC.toProto(), ExtendTracts: n, RequestId: newRequestID()})
+	m, err := c.blobOp(ctx, g, &tpb.BlobOpRequest{Op: tpb.BlobOpKind_BLOB_OP_CREATE, Ec: l.EC.toProto(), ExtendTracts: n, RequestId: newRequestID(), Tenant: tenant})
 	if err != nil {
 		return nil, err
 	}

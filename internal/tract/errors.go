@@ -32,6 +32,8 @@ func grpcCode(c tpb.ErrorCode) codes.Code {
 		return codes.ResourceExhausted
 	case tpb.ErrorCode_IO_ERROR:
 		return codes.Internal
+	case tpb.ErrorCode_PERMISSION_DENIED:
+		return codes.PermissionDenied
 	}
 	return codes.Unknown
 }
@@ -58,6 +60,8 @@ var (
 	ErrUnavailable = errors.New("tract: unavailable")
 	// ErrIO: a tractserver's disk failed.
 	ErrIO = errors.New("tract: I/O error")
+	// ErrPermissionDenied: the blob is another tenant's (tenancy.go).
+	ErrPermissionDenied = errors.New("tract: permission denied")
 )
 
 // sentinelOf maps each wire code to its sentinel (nil for OK and codes it
@@ -79,6 +83,8 @@ func sentinelOf(c tpb.ErrorCode) error {
 		return ErrUnavailable
 	case tpb.ErrorCode_IO_ERROR:
 		return ErrIO
+	case tpb.ErrorCode_PERMISSION_DENIED:
+		return ErrPermissionDenied
 	}
 	return nil
 }

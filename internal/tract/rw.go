@@ -334,6 +334,10 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 		old = cur.Blob
 	}
 	live := old != nil && !old.Deleted
+	tenant, err := blobTenant(ctx, req, old, live)
+	if err != nil {
+		return nil, err
+	}
 	if req.Op == tpb.BlobOpKind_BLOB_OP_GET {
 		if !live {
 			return nil, errorf(tpb.ErrorCode_BLOB_NOT_FOUND, "blob %s does not exist", k.guid)
@@ -363,7 +367,7 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 			return nil, errorf(tpb.ErrorCode_BLOB_EXISTS, "blob %s already exists", k.guid)
 		}
 		nb = &tpb.BlobMeta{Replication: req.Replication, Incarnation: newIncarnation(old), CreatedUnixMs: now, ModifiedUnixMs: now,
-			LengthTracts: req.ExtendTracts, Ec: req.Ec}
+			LengthTracts: req.ExtendTracts, Ec: req.Ec, Tenant: tenant}
 	case tpb.BlobOpKind_BLOB_OP_EXTEND:
 		if !live {
 			return nil, errorf(tpb.ErrorCode_BLOB_NOT_FOUND, "blob %s does not exist", k.guid)

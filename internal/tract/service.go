@@ -154,6 +154,9 @@ type Service struct {
 	lapsed    bool
 	refreshCh chan struct{}
 	started   atomic.Bool
+
+	// owners: the owners of the blobs tenants named (tenancy.go).
+	owners blobOwners
 }
 
 type tableView struct {
@@ -502,4 +505,5 @@ func (s *Service) Inventory(ctx context.Context, _ *tpb.InventoryRequest) (*tpb.
 }
 
 // Register registers the service on a gRPC server.
-func (s *Service) Register(r grpc.ServiceRegistrar) { tpb.RegisterTractServerServer(r, s) }
+// Every method checks the tenancy of the blob it names (tenancy.go).
+func (s *Service) Register(r grpc.ServiceRegistrar) { r.RegisterService(s.serviceDesc(), s) }

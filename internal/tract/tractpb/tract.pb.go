@@ -55,6 +55,8 @@ const (
 	ErrorCode_OVERLOADED ErrorCode = 11
 	// Internal failure (disk I/O).
 	ErrorCode_IO_ERROR ErrorCode = 12
+	// The blob belongs to another tenant than the caller's (issue 15).
+	ErrorCode_PERMISSION_DENIED ErrorCode = 13
 )
 
 // Enum value maps for ErrorCode.
@@ -73,21 +75,23 @@ var (
 		10: "REPLICA_FAILED",
 		11: "OVERLOADED",
 		12: "IO_ERROR",
+		13: "PERMISSION_DENIED",
 	}
 	ErrorCode_value = map[string]int32{
-		"OK":               0,
-		"INVALID_ARGUMENT": 1,
-		"STALE_TLT":        2,
-		"TLT_BEHIND":       3,
-		"WRONG_SERVER":     4,
-		"NOT_READABLE":     5,
-		"BLOB_NOT_FOUND":   6,
-		"BLOB_EXISTS":      7,
-		"PAST_END":         8,
-		"CORRUPT":          9,
-		"REPLICA_FAILED":   10,
-		"OVERLOADED":       11,
-		"IO_ERROR":         12,
+		"OK":                0,
+		"INVALID_ARGUMENT":  1,
+		"STALE_TLT":         2,
+		"TLT_BEHIND":        3,
+		"WRONG_SERVER":      4,
+		"NOT_READABLE":      5,
+		"BLOB_NOT_FOUND":    6,
+		"BLOB_EXISTS":       7,
+		"PAST_END":          8,
+		"CORRUPT":           9,
+		"REPLICA_FAILED":    10,
+		"OVERLOADED":        11,
+		"IO_ERROR":          12,
+		"PERMISSION_DENIED": 13,
 	}
 )
 
@@ -3461,7 +3465,7 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x06tracts\x18\x03 \x01(\x04R\x06tracts\x12%\n" +
 	"\x0esynced_version\x18\x04 \x01(\x04R\rsyncedVersion\"@\n" +
 	"\x11InventoryResponse\x12+\n" +
-	"\x04rows\x18\x01 \x03(\v2\x17.arbor.tract.v1.RowDataR\x04rows*\xde\x01\n" +
+	"\x04rows\x18\x01 \x03(\v2\x17.arbor.tract.v1.RowDataR\x04rows*\xf5\x01\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\r\n" +
@@ -3478,7 +3482,8 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x12\x0e\n" +
 	"\n" +
 	"OVERLOADED\x10\v\x12\f\n" +
-	"\bIO_ERROR\x10\f*r\n" +
+	"\bIO_ERROR\x10\f\x12\x15\n" +
+	"\x11PERMISSION_DENIED\x10\r*r\n" +
 	"\n" +
 	"BlobOpKind\x12\x17\n" +
 	"\x13BLOB_OP_UNSPECIFIED\x10\x00\x12\x12\n" +
