@@ -21,8 +21,9 @@ import (
 
 // Tenants are recorded in the directory's configuration store, one key
 // each: tenantKeyPrefix + NAME, whose value is a tenantRecord in JSON.
-// Writing and deleting configuration is an admin RPC (security
-// DefaultPolicy), so only administrators create and delete tenants.
+// A tenant writes and deletes only the configuration keys under its own
+// directory.TenantConfigPrefix, so only administrators create and delete
+// tenants.
 const tenantKeyPrefix = "tenant/"
 
 // tenantRecord is what the directory keeps of a tenant.
@@ -36,10 +37,11 @@ func newTenantCmd(a *app) *cobra.Command {
 		Use:   "tenant",
 		Short: "Create, list and delete tenants, and make their credentials (administrators only)",
 		Long: `Tenants are the users of a shared cluster (issue 15). A tenant's clients
-present a credential whose certificate names arbor://tenant/NAME; today a
+present a credential whose certificate names arbor://tenant/NAME. A
 tenant's credential is refused every admin RPC (cluster configuration)
-and the raft and replication traffic of nodes. Which file systems, blobs
-and keys belong to which tenant is not enforced yet.
+and the raft and replication traffic of nodes, and reaches only its own
+file systems (arbor fs create --tenant), blobs and KV key space; anything
+else is refused with a permission error.
 
 The tenants are recorded in the directory (configuration keys
 "` + tenantKeyPrefix + `NAME"). ` + "`arbor tenant credential`" + ` signs a credential with the
@@ -259,6 +261,11 @@ func checkTenantExists(ctx context.Context, c *client.Cluster, tenant string) er
 		return nil
 	}
 	_, err := c.Directory().GetConfig(ctx, &pb.GetConfigRequest{Key: tenantKeyPrefix + tenant})
+	if errors.Is(err, directory.ErrPermissionDenied) {
+		// A tenant's credential, which reads no tenant record: the
+		// metadata server takes only its own name.
+		return nil
+	}
 	if errors.Is(err, directory.ErrNotFound) {
 		return fmt.Errorf("no tenant %q (arbor tenant create %s)", tenant, tenant)
 	}

@@ -169,4 +169,11 @@
 // idempotent and the raft membership is the truth between steps, so a
 // manager that stops half-way is resumed by the next pass or the next
 // leader. Its progress is logged and exported (arbor_extent_manager_*).
+//
+// # Tenancy
+//
+// A caller whose certificate names tenant T may name only pages and blocks
+// owned by security.ExtentTenant(T) (issue 15; FSS §3): the owner tag of
+// every pointer it sends, and of every block it allocates, is checked
+// against its authenticated tenant before the request runs (tenancy.go).
 package extent

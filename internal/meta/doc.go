@@ -283,4 +283,12 @@
 //     for durability instead of reading unsafe state. An operation
 //     answered early and lost in a server crash is replayed after any
 //     snapshot taken in between, so that snapshot misses it.
+//
+// # Tenancy
+//
+// A file system belongs to the tenant its directory record names (issue
+// 15). Every Meta request of a caller whose certificate names a tenant is
+// checked against the owner of the file system it names before it runs,
+// and refused with PermissionDenied (EACCES at the client) if the file
+// system is another's (tenancy.go).
 package meta

@@ -47,4 +47,14 @@
 //     name is refused to every identity, and every method of every arbor
 //     service is named (TestDefaultPolicyClassifiesEveryMethod). Refusals
 //     are codes.PermissionDenied and run nothing.
+//  5. Tenants own their data: each service checks, in a Guard that runs
+//     inside the interceptor chain before its handler (GuardService),
+//     that a tenant's request names only its own data (CallerTenant):
+//     the metadata service the owner of the file system (its directory
+//     record), the tractservers the owner of the blob (its metadata), the
+//     extent servers the owner tag of every page and block, which for a
+//     tenant must be ExtentTenant of its name (FSS §3), the directory the
+//     tenant's own file systems, tables and configuration keys. Anything
+//     else is refused with PermissionDenied and runs nothing. Nodes and
+//     administrators reach every tenant's data.
 package security

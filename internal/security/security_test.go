@@ -457,3 +457,29 @@ func TestHandshakes(t *testing.T) {
 		t.Error("client accepted a tenant's certificate as a server's")
 	}
 }
+
+// TestExtentTenants: a tenant's extent-store owner is stable (it is in
+// every block the tenant's KV tree ever allocated), distinct from other
+// tenants', from the administrators' space and from the cluster's own
+// owners (below 2^63: file-system metadata is 1).
+func TestExtentTenants(t *testing.T) {
+	seen := map[uint64]string{security.AdminExtentTenant(): "admin"}
+	for _, name := range []string{"acme", "bob", "Acme", "acme2", "a", "admin", "node-1"} {
+		o := security.ExtentTenant(name)
+		if o < 1<<63 {
+			t.Errorf("ExtentTenant(%q) = %#x, in the cluster's own range", name, o)
+		}
+		if other, ok := seen[o]; ok {
+			t.Errorf("ExtentTenant(%q) = ExtentTenant of %q", name, other)
+		}
+		seen[o] = name
+		if security.ExtentTenant(name) != o {
+			t.Errorf("ExtentTenant(%q) is not stable", name)
+		}
+	}
+	// The derivation is an on-disk format: changing it orphans every
+	// tenant's KV tree.
+	if got := security.ExtentTenant("acme"); got != 0x988799b601674e35 {
+		t.Errorf("ExtentTenant(\"acme\") = %#x, want 0x988799b601674e35", got)
+	}
+}

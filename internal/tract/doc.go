@@ -254,4 +254,11 @@
 // scrubber asks each blob's metadata primary once per pass. Writes to a
 // row stall (and are retried by the client) from a member's death until
 // the directory declares it dead. The TLT is fetched whole.
+//
+// # Tenancy
+//
+// A blob belongs to the tenant recorded in its metadata at create (issue
+// 15); a tenant's credential reaches only its own blobs: its blob
+// operations are checked by the blob's primary, its tract and shard reads
+// and writes by the serving tractserver (tenancy.go).
 package tract
