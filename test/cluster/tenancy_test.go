@@ -278,8 +278,15 @@ func TestTenantsCannotReachEachOthersData(t *testing.T) {
 		t.Errorf("acme's fsck of afs:\n%s", out)
 	}
 	must(acme, "blob", "stat", blobID)
-	if out := must(admin, "fs", "list"); !strings.Contains(out, "afs") || !strings.Contains(out, "acme") {
+	if out := must(admin, "fs", "list", "--json"); !strings.Contains(out, `"name": "afs"`) || !strings.Contains(out, `"tenant": "acme"`) {
 		t.Errorf("admin's fs list:\n%s", out)
+	}
+	if out, err := run(admin, "fs", "create", "nfs", "--tenant", "nobody"); err == nil || !strings.Contains(out, `no tenant "nobody"`) {
+		t.Errorf("admin: fs create for an unknown tenant: %v\n%s", err, out)
+	}
+	must(admin, "fs", "create", "bfs", "--tenant", "bob")
+	if out := must(bob, "fs", "list"); !strings.Contains(out, "bfs") || strings.Contains(out, "afs") {
+		t.Errorf("bob's fs list after the administrator made bfs for bob:\n%s", out)
 	}
 }
 
