@@ -121,8 +121,9 @@
 // Other clients see the data once flushed and re-opened (close-to-open
 // consistency): an open drops the client's cached block map.
 //
-// A small file (at most MaxInlineBytes, 16 KiB: 82% of the files of a
-// Linux source tree, exactly its first block) keeps its bytes inline,
+// A small file (at most MaxInlineBytes, 8 KiB: 68% of the files of a
+// Linux source tree; the layout takes up to 16 KiB, the first block)
+// keeps its bytes inline,
 // next to its inode: its first block's pair holds the first
 // InlineChunkBytes of the data itself (blockEntry.Inline), and chunks
 // F, 1, D, C, 8, i hold the rest, each at the pair's version (inline.go):

@@ -29,13 +29,15 @@ const (
 	// MaxInlineBytes bounds a file kept inline: a regular file no larger
 	// keeps its bytes in the metadata, next to its inode, instead of a
 	// tract (doc.go, Data). In linux-source-6.1, 48% of the files are at
-	// most 3.5 KiB, 68% at most 8 KiB and 82% at most 16 KiB; past 16 KiB
-	// the curve flattens (a file of more needs a second block anyway:
-	// the first block, minBlockBytes, is 16 KiB), and 16 KiB takes five
-	// B-tree values, which with the inode, the reply record and the
-	// table's header stays well inside one transaction. So 16 KiB: a file
-	// kept inline is exactly its first block.
-	MaxInlineBytes = 16 << 10
+	// most 3.5 KiB, 68% at most 8 KiB and 82% at most 16 KiB. Measured
+	// (BENCHMARKS.md, small files inline up to 16 KiB): 8 KiB takes a
+	// third of the tract-store calls off an untar at the cluster CPU of
+	// 3.5 KiB; 16 KiB takes half of them off but costs 10% more CPU, its
+	// bytes written again and again as 8 KiB page images of the metadata's
+	// leaves (0.57 leaf splits per entry). So 8 KiB, three B-tree values;
+	// the layout takes up to 16 KiB (five values, the first block),
+	// worth raising to once commits carry key deltas instead of pages.
+	MaxInlineBytes = 8 << 10
 	// InlineChunkBytes is the most inline data one B-tree value holds
 	// (a value holds 4 KiB with its key and version): the block pair
 	// holds the first InlineChunkBytes, chunks (kindInline) the rest.
