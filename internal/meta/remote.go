@@ -25,8 +25,22 @@ type placer struct {
 }
 
 // refreshPlacement gathers every live metadata server's table statistics
-// (the refresh process, once a second) and recomputes the tables.
+// (the refresh process, once a second) and recomputes the tables. A
+// server that serves no table skips it and forgets what it heard: the
+// figures decide only where this server's new directories go (placeRemote)
+// and where its hot tables move (quietestPeer), and asking every peer
+// once a second from every server was the untar's most frequent
+// background call (BENCHMARKS.md). It still answers others' TableStats.
 func (s *Server) refreshPlacement(ctx context.Context) {
+	s.leaseMu.Lock()
+	serving := len(s.leases) > 0
+	s.leaseMu.Unlock()
+	if !serving {
+		s.place.mu.Lock()
+		s.place.tables, s.place.members = placementTables{}, nil
+		s.place.mu.Unlock()
+		return
+	}
 	nodes, err := s.peers.list(ctx, false)
 	if err != nil {
 		return
