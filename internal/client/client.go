@@ -20,8 +20,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -47,10 +49,26 @@ const ClusterMetadataKey = "arbor-cluster"
 // batches fit.
 const MaxMessageBytes = raftengine.MaxGRPCMessageBytes
 
+// ReconnectParams are how a connection to a node that went away tries
+// again: gRPC's default backoff grows to 120 s between attempts, so a
+// peer back after a restart of ten or twenty seconds stayed unreachable
+// (every call failing fast on the connection's transient failure) for up
+// to as long again; the nemesis saw writes fail for 33.6 s after a graceful
+// restart. Attempts here are at most a second apart (a refused connection
+// costs little), and each may take MinConnectTimeout (a TLS handshake on a
+// loaded node).
+func ReconnectParams() grpc.ConnectParams {
+	return grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: 5 * time.Second,
+	}
+}
+
 // DialOptions are the dial options of a client of the cluster clusterID
 // (empty: unchecked): mutual TLS with creds (internal/security; nil:
 // plain text, for servers run with --insecure), the message size bound,
-// and the cluster id on every call.
+// reconnection within a second of a node's return (ReconnectParams), and
+// the cluster id on every call. Nodes dial each other with them too.
 func DialOptions(clusterID string, creds *security.Credentials) []grpc.DialOption {
 	transport := insecure.NewCredentials()
 	if creds != nil {
@@ -59,6 +77,7 @@ func DialOptions(clusterID string, creds *security.Credentials) []grpc.DialOptio
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(transport),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
+		grpc.WithConnectParams(ReconnectParams()),
 	}
 	if clusterID != "" {
 		opts = append(opts,
