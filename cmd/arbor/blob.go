@@ -508,7 +508,11 @@ check that each has all its replicas, in sync with its row's primary, at the
 same version and with data that matches its checksum; for an erasure-coded
 blob, that each tract has all D+P shards of one write on its row's first D+P
 slots, each matching its checksum, and that the parity matches the data.
-Exits 0 only if so.`,
+Exits 0 only if so. Tracts inside blobs that no replica holds, and blobs
+that hold none of their tracts, are counted: they are lost, or were never
+written (a write that failed after its blob was sized leaves them, so the
+two cannot be told apart); for a blob named on the command line every
+missing tract is a problem.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mode, err := f.mode()
 			if err != nil {
@@ -545,6 +549,10 @@ Exits 0 only if so.`,
 				fmt.Fprintf(a.stdout, ", %d replicas of deleted blobs awaiting the scrubber", rep.Garbage)
 			}
 			fmt.Fprintln(a.stdout)
+			if rep.Unheld > 0 {
+				fmt.Fprintf(a.stdout, "held by no replica: %d tracts inside blobs, %d blobs holding none of their tracts: lost, or never written (name a blob to check that all its tracts exist)\n",
+					rep.Unheld, rep.UnheldBlobs)
+			}
 			for _, p := range rep.Problems {
 				fmt.Fprintln(a.stdout, "problem:", p)
 			}

@@ -132,3 +132,66 @@ func TestForgottenMemberRowRepaired(t *testing.T) {
 	g2 := putBlob(t, cl, more, 0)
 	checkBlob(t, cl, g2, more)
 }
+
+// TestVerifyReportsTractsNoReplicaHolds: verify reported ok for a blob
+// whose tracts no replica held (issue 13). A tract inside a blob that no
+// replica holds (lost from every replica, or never written: a failed write
+// after the blob was sized leaves such holes, and the two cannot be told
+// apart), and a blob that holds none of its tracts, are counted across the
+// cluster, and are problems when the blob is named.
+func TestVerifyReportsTractsNoReplicaHolds(t *testing.T) {
+	c := newTestCluster(t, 4, 3, testTractSize)
+	cl := c.client()
+	defer cl.Close()
+	ctx := ctxT(t)
+	lost := putBlob(t, cl, randomTracts(3, 5), 0)
+	verifyOK(t, cl)
+
+	// Tract 1 of lost vanishes from every member of its row.
+	k := tractKey{lost, 1}
+	for _, s := range c.table().Rows[c.table().Locate(lost, 1)].Slots {
+		if err := c.nodes[s.Node].svc.disks[s.Disk].store.Delete(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Across the cluster it is counted (it cannot be told from a hole);
+	// named, the blob fails.
+	rep, err := cl.Verify(ctx, VerifyOptions{})
+	if err != nil || rep.Unheld != 1 || rep.Tracts != 2 {
+		t.Fatalf("verify after tract %s was lost: %+v %v, want it counted as held by no replica", k, rep, err)
+	}
+	rep, err = cl.Verify(ctx, VerifyOptions{Blobs: []GUID{lost}})
+	if err != nil || rep.ProblemsTotal != 1 || !strings.Contains(fmt.Sprint(rep.Problems), k.String()+": no replica holds it") {
+		t.Fatalf("verify of blob %s after tract %s was lost: %+v %v, want it reported", lost, k, rep, err)
+	}
+
+	// A blob of two tracts none of which was written.
+	empty := NewGUID()
+	if _, err := cl.CreateBlobSized(ctx, empty, 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	// A blob with a hole: tract 0 written, tract 1 not.
+	holed := NewGUID()
+	b, err := cl.CreateBlobSized(ctx, holed, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteTract(ctx, 0, []byte("written")); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = cl.Verify(ctx, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Unheld != 4 || rep.UnheldBlobs != 1 {
+		t.Fatalf("verify: %d problems %v, %d unheld tracts, %d unheld blobs; want the lost tract, the hole and the empty blob's two counted", rep.ProblemsTotal, rep.Problems, rep.Unheld, rep.UnheldBlobs)
+	}
+	rep, err = cl.Verify(ctx, VerifyOptions{Blobs: []GUID{empty}})
+	if err != nil || rep.ProblemsTotal != 2 {
+		t.Fatalf("verify of the blob none of whose tracts was written: %+v %v, want both reported", rep, err)
+	}
+	rep, err = cl.Verify(ctx, VerifyOptions{Blobs: []GUID{holed}})
+	if err != nil || rep.ProblemsTotal != 1 || !strings.Contains(fmt.Sprint(rep.Problems), tractKey{holed, 1}.String()+": no replica holds it") {
+		t.Fatalf("verify of the blob with a hole: %+v %v, want its unwritten tract reported", rep, err)
+	}
+}

@@ -3,6 +3,7 @@ package tract
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -36,6 +37,14 @@ type VerifyReport struct {
 	// Replicas of deleted blobs (or earlier incarnations) not yet
 	// reclaimed by the scrubbers: not a problem.
 	Garbage int
+	// Unheld counts tracts inside live blobs that no member of their row
+	// holds (in rows whose every member answered), and UnheldBlobs the
+	// blobs none of whose tracts is held: lost, or never written (reading
+	// them gives nothing; a write that failed after its blob was sized,
+	// a file system's or a client's, leaves them behind, so the two cannot
+	// be told apart). They are problems in a blob named in
+	// VerifyOptions.Blobs; elsewhere they are only counted.
+	Unheld, UnheldBlobs int
 	// Problems found (the first maxVerifyProblems) and how many in all.
 	Problems      []string
 	ProblemsTotal int
@@ -126,6 +135,7 @@ func (c *Client) Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport,
 		}
 	}
 	var stripes []stripeCheck
+	held := map[tractKey]bool{} // data tracts of this incarnation some member holds
 	for ri, row := range t.Rows {
 		lists := rows[ri]
 		for _, l := range lists {
@@ -167,6 +177,11 @@ func (c *Client) Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport,
 			if b == nil || b.Deleted || uint64(k.tract) >= b.LengthTracts {
 				rep.Garbage++
 				continue
+			}
+			for _, l := range lists {
+				if e := l.entries[k]; e != nil && e.Meta.GetIncarnation() == b.Incarnation {
+					held[k] = true
+				}
 			}
 			if b.Ec != nil {
 				if checkStripeRecords(rep, k, b, lists) {
@@ -210,11 +225,51 @@ func (c *Client) Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport,
 			}
 		}
 	}
+	checkHeld(rep, t, rows, blobs, want, held)
 	c.verifyStripes(ctx, rep, stripes, opts.Parallelism)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	return rep, nil
+}
+
+// checkHeld reports the tracts inside live blobs that no member of their
+// row holds (see VerifyReport.Unheld). A tract whose row had a member that
+// could not be listed is not judged (the row is reported already).
+func checkHeld(rep *VerifyReport, t *Table, rows [][]memberList, blobs map[GUID]*tpb.BlobMeta, want map[GUID]bool, held map[tractKey]bool) {
+	guids := make([]GUID, 0, len(blobs))
+	for g, b := range blobs {
+		if !b.Deleted && (len(want) == 0 || want[g]) {
+			guids = append(guids, g)
+		}
+	}
+	sort.Slice(guids, func(i, j int) bool { return tractKey{guid: guids[i]}.less(tractKey{guid: guids[j]}) })
+	for _, g := range guids {
+		b := blobs[g]
+		var unheld []int64
+		judged := 0
+		for i := int64(0); uint64(i) < b.LengthTracts; i++ {
+			if slices.ContainsFunc(rows[t.Locate(g, i)], func(l memberList) bool { return l.err != nil }) {
+				continue
+			}
+			judged++
+			if !held[tractKey{g, i}] {
+				unheld = append(unheld, i)
+			}
+		}
+		switch {
+		case len(unheld) == 0:
+		case want[g]:
+			for _, i := range unheld {
+				rep.problem("tract %s: no replica holds it (lost, or never written)", tractKey{g, i})
+			}
+		default:
+			rep.Unheld += len(unheld)
+			if len(unheld) == judged && uint64(judged) == b.LengthTracts {
+				rep.UnheldBlobs++
+			}
+		}
+	}
 }
 
 // listMember lists everything a member holds in a row, verifying data.
