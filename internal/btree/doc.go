@@ -51,9 +51,11 @@
 // The root never moves: it is page 1 of the tree's first block, made by
 // Create, and its tagged pointer is the tree's name. Growing the tree
 // splits the root's contents into two new pages and makes the root their
-// parent; shrinking it pulls its only child's contents back up. The
-// cluster's KV tree records its root pointer in the directory's config KV
-// under key "kv/root" (package internal/kv); every client starts there.
+// parent; shrinking it pulls its only child's contents back up. Each of
+// the cluster's KV trees (the system's, holding the file systems'
+// metadata, a tenant's, the administrators') records its root pointer in
+// the directory's config KV (package internal/kv: kv.Space); every client
+// starts there.
 //
 // # Finding pages
 //
