@@ -140,6 +140,12 @@ func newKVCmdWith(a *app, open kvOpener) *cobra.Command {
 		Long: `Use the cluster's transactional ordered key-value store: the distributed
 B-tree over the extent store, reached directly from this process.
 
+Each tenant has its own key space, the only one its credential reaches
+(the extent servers refuse it every other page); an administrator's
+credential opens the administrators' own space, or tenant T's with
+--tenant T. The file systems' metadata is in a tree of its own that no
+kv command opens.
+
 Keys are at most 1 KiB, values at most 4 KiB; a transaction touches at most
 15 keys. Keys and values are taken and printed as given, or hex-encoded with
 --hex (use it for binary data, and for keys or values holding a tab or a
