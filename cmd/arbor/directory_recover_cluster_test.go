@@ -31,7 +31,8 @@ import (
 // same kills are recovered by `arbor extent recover`, everything written
 // before reads back and new writes work. The lost peers return on empty
 // data dirs with --directory-join: the leader adds them back, the directory
-// has three voters again, and it survives kill -9 of the recovered node.
+// has three voters again, and it survives kill -9 of the recovered node,
+// which `arbor tlt forget-member` then gives up.
 func TestDirectoryLostQuorumRecoveredByOperator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of real processes")
@@ -293,6 +294,25 @@ func TestDirectoryLostQuorumRecoveredByOperator(t *testing.T) {
 	})
 	if out, err := cli("fs", "list"); err != nil || !strings.Contains(out, "before") || !strings.Contains(out, "after") {
 		t.Fatalf("fs list after losing the recovered node: %v\n%s", err, out)
+	}
+
+	// Its disk is gone for good too: once it is declared dead, the operator
+	// gives it up (`arbor tlt forget-member`), and it is decommissioned.
+	waitFor(fmt.Sprintf("node %d given up", survivor), time.Minute, func() error {
+		out, err := cli("tlt", "forget-member", strconv.FormatUint(survivor, 10), "--yes-lose-unreplicated-writes")
+		if err != nil || !strings.Contains(out, "given up") {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+	st, err := status(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range st.Nodes {
+		if n.Id == survivor && n.State != dpb.NodeState_NODE_STATE_DECOMMISSIONED {
+			t.Fatalf("node %d is %v after forget-member", survivor, n.State)
+		}
 	}
 }
 
