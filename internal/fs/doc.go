@@ -198,6 +198,9 @@
 //     its length; no two pairs name one tract; a tract no pair names is
 //     empty (or about to be emptied by the client that replaced it).
 //  5. A snapshot's view never changes once its record exists.
+//  6. An inline block pair version at S has exactly the chunks its length
+//     calls for, at S, each of its length; every chunk belongs to such a
+//     version (chunks follow their pair's versions, not invariant 2).
 //
-// Check (check.go, `arbor fsck`) verifies 1, 2 and 4 in every view.
+// Check (check.go, `arbor fsck`) verifies 1, 2, 4 and 6 in every view.
 package fs
