@@ -450,8 +450,8 @@ func TenantConfigPrefix(t string) string { return "tenants/" + t + "/" }
 // checkTenantKey refuses a tenant caller a configuration key (or listing
 // prefix) outside its own part of the table.
 func checkTenantKey(ctx context.Context, key string) error {
-	if t, ok := callerTenant(ctx); ok && !strings.HasPrefix(key, TenantConfigPrefix(t)) {
-		return status.Errorf(codes.PermissionDenied, "permission denied: tenant %q reaches only configuration keys under %q", t, TenantConfigPrefix(t))
+	if t, ok := security.CallerTenant(ctx); ok && !strings.HasPrefix(key, TenantConfigPrefix(t)) {
+		return security.PermissionDenied("tenant %q reaches only configuration keys under %q", t, TenantConfigPrefix(t))
 	}
 	return nil
 }
@@ -560,18 +560,10 @@ func (s *Service) GetFileSystem(ctx context.Context, req *pb.GetFileSystemReques
 	if !ok {
 		return nil, notFound("file system %d %q does not exist", req.Number, req.Name)
 	}
-	if t, ok := callerTenant(ctx); ok && f.GetTenant() != t {
-		return nil, status.Errorf(codes.PermissionDenied, "permission denied: file system %d %q is not tenant %q's", f.GetNumber(), f.GetName(), t)
+	if t, ok := security.CallerTenant(ctx); ok && f.GetTenant() != t {
+		return nil, security.PermissionDenied("file system %d %q is not tenant %q's", f.GetNumber(), f.GetName(), t)
 	}
 	return f, nil
-}
-
-// callerTenant returns the tenant the caller's certificate names; ok is
-// false for nodes, administrators and the callers of an insecure cluster,
-// which reach every file system.
-func callerTenant(ctx context.Context) (string, bool) {
-	id, ok := security.FromContext(ctx)
-	return id.Name, ok && id.Kind == security.KindTenant
 }
 
 // ListFileSystems lists every file system, or a tenant's own only.
@@ -580,7 +572,7 @@ func (s *Service) ListFileSystems(ctx context.Context, _ *pb.ListFileSystemsRequ
 		return nil, err
 	}
 	fss := s.sm.FileSystems()
-	if t, ok := callerTenant(ctx); ok {
+	if t, ok := security.CallerTenant(ctx); ok {
 		fss = slices.DeleteFunc(fss, func(f *pb.FileSystem) bool { return f.GetTenant() != t })
 	}
 	return &pb.ListFileSystemsResponse{FileSystems: fss}, nil
@@ -678,7 +670,7 @@ func (s *Service) GetDelegationMap(ctx context.Context, req *pb.GetDelegationMap
 		return nil, err
 	}
 	m := s.sm.DelegationMap(req.FileSystem)
-	if t, ok := callerTenant(ctx); ok {
+	if t, ok := security.CallerTenant(ctx); ok {
 		// A tenant sees the tables of its own file systems only.
 		owned := map[uint64]bool{}
 		for _, f := range s.sm.FileSystems() {
