@@ -117,7 +117,7 @@ func DefaultPolicy() Policy {
 		// a tenant holding one could fence or keep alive a table owner.
 		"GrantLease", "RenewLease", "ReleaseLease", "GetLease", "RenewDelegation", "RenewDelegations")
 	add("arbor.tract.v1.TractServer", ClassAny,
-		"WriteTract", "ReadTract", "BlobOp", "WriteShard", "ReadShard", "Status", "ListBlobs", "Inventory")
+		"WriteTract", "ReadTract", "BlobOp", "WriteShard", "ReadShard", "RepairStripe", "Status", "ListBlobs", "Inventory")
 	add("arbor.tract.v1.TractServer", ClassNode, "Replicate", "FetchTract", "SyncRow", "BlobMetas")
 	// ListRow lists every blob of a row: arbor blob verify calls it.
 	add("arbor.tract.v1.TractServer", ClassAdmin, "Scrub", "ListRow")

@@ -73,6 +73,9 @@ type Client struct {
 	// degradedWrites counts erasure-coded writes acknowledged with
 	// shards missing (their servers unreachable).
 	degradedWrites atomic.Uint64
+	// repairsRequested counts the stripes of those writes a tractserver
+	// queued for repair (requestRepair).
+	repairsRequested atomic.Uint64
 	// layoutsOK holds the checkedLayouts that passed CheckLayout.
 	layoutsOK sync.Map
 }
@@ -704,6 +707,10 @@ func (c *Client) DegradedReads() uint64 { return c.degradedReads.Load() }
 // DegradedWrites returns how many erasure-coded tract writes were
 // acknowledged with shards missing.
 func (c *Client) DegradedWrites() uint64 { return c.degradedWrites.Load() }
+
+// RepairsRequested is how many stripes written with shards missing a
+// tractserver queued for repair at this client's request.
+func (c *Client) RepairsRequested() uint64 { return c.repairsRequested.Load() }
 
 // ScrubNode runs a scrubber pass on every disk of a node now.
 func (c *Client) ScrubNode(ctx context.Context, node uint64, verify bool) (*tpb.ScrubResponse, error) {

@@ -34,6 +34,9 @@ type disk struct {
 	// (reforward.go); unforwardedCount is its size, read without mu.
 	unforwarded      map[tractKey]bool
 	unforwardedCount atomic.Int64
+	// repairs holds the stripes queued for repair after writes
+	// acknowledged with shards missing (ec_repair.go).
+	repairs map[tractKey]*stripeRepair
 }
 
 // initialRowVersion is the version of every row of a newly installed
@@ -273,6 +276,7 @@ func (d *disk) run(ctx context.Context) {
 		}
 		d.dropOldRows()
 		d.reforward(ctx)
+		d.repairStripes(ctx)
 		now := d.svc.cfg.Now()
 		if now.Sub(lastScrub) >= d.svc.cfg.ScrubInterval {
 			verify := now.Sub(lastVerify) >= d.svc.cfg.VerifyInterval

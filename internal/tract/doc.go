@@ -109,6 +109,7 @@
 // -1, BlobMeta.ec): replicas:K, or ec:D+P (Reed-Solomon from
 // klauspost/reedsolomon, FSS's 5+2 by default). Files ec.go (layout,
 // client), ec_server.go (shard RPCs), ec_rebuild.go (rebuild and repair),
+// ec_repair.go (the queue of stripes written with shards missing),
 // rangeio.go (byte ranges).
 //
 //   - Placement: we extend the table's rows rather than derive stripes
@@ -147,8 +148,13 @@
 //     shards are rebuilt by their server: a restarted server rebuilds the
 //     shards of every row it holds (replica rows by their catch-up, rows
 //     it leads by recheckShards), a server back from a cut-off catches up
-//     every row, a replaced one is rebuilt by its successor, and the
-//     scrubber's parity pass rewrites any shard of an older write. A
+//     every row, a replaced one is rebuilt by its successor; for the
+//     rest (a server refused or timed out that then answers again, having
+//     neither restarted nor left) the writer asks a member of the row that
+//     stored its shard to repair the stripe (RepairStripe, ec_repair.go):
+//     it queues the stripe and, once the write has settled and every
+//     server of the stripe is alive, rewrites the missed shards as the
+//     scrubber would; the scrubber's parity pass remains the backstop. A
 //     timeout to a server the directory holds alive (a slow one) is not a
 //     missing server: the write is retried whole. Why D+1: two writes cannot both hold D+1
 //     of the D+P shards (for D >= P), so an acknowledged write outvotes
@@ -235,11 +241,13 @@
 // declares it dead (then they go on while a majority of the row is
 // left); replicated writes still need every slot of their replication:
 // with a dead member no server can replace, they stall until it
-// returns. A
-// shard missed while its server was out of reach but never restarted nor
-// cut off from the directory (a short partition that ended before the
-// directory declared it dead, after its node state had left ALIVE) waits
-// for the scrubber's parity pass (VerifyInterval); reads decode around it
+// returns. A shard missed while its server was out of reach but never
+// restarted nor cut off from the directory is rewritten from the repair
+// queue of the member its writer asked, once the write has settled
+// (TornStripeGrace, a minute by default) and the server is alive again;
+// the queue is in memory and bounded (maxQueuedRepairs), so a stripe
+// whose queue was lost to a restart, or refused when full, waits for the
+// scrubber's parity pass (VerifyInterval); reads decode around it
 // meanwhile. A stripe whose writer died between its shard
 // writes may hold shards of two writes; reads pick the newest with D
 // shards or more, and if neither has D, that tract is lost: reads fail

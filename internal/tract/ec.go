@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -405,10 +406,40 @@ func (b *Blob) writeStripe(ctx context.Context, info BlobInfo, i uint64, data []
 			b.c.degradedWrites.Add(1)
 			b.c.log.Debug("erasure-coded write acknowledged with shards missing: their servers are unreachable", "blob", b.guid, "tract", i,
 				"durable", durable, "of", e.Width(), "generation", desc.Generation, "err", errors.Join(errs...))
+			b.c.requestRepair(ctx, b.guid, i, row, failed)
 			return nil
 		}
 		return firstRetryable(errs)
 	})
+}
+
+// requestRepair asks the first slot that stored its shard of a stripe
+// written with shards missing (failed[j]: slot j's shard did not reach
+// all its targets) to make the stripe whole (RepairStripe, ec_repair.go),
+// so that a missed shard is rewritten once its server answers rather
+// than at the scrubber's next parity pass. A refusal is logged only: the
+// write is acknowledged, and the scrubber remains the backstop.
+func (c *Client) requestRepair(ctx context.Context, g GUID, i uint64, row Row, failed []bool) {
+	j := slices.Index(failed, false)
+	if j < 0 {
+		return
+	}
+	srv := row.Slots[j]
+	cl, err := c.peers.client(ctx, srv.Node)
+	var resp *tpb.RepairStripeResponse
+	if err == nil {
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		resp, err = cl.RepairStripe(rctx, &tpb.RepairStripeRequest{Disk: srv.Disk, Guid: g[:], Tract: int64(i), RowVersion: row.Version})
+		cancel()
+	}
+	switch {
+	case err != nil:
+		c.log.Debug("stripe repair not requested: the scrubber will repair it", "blob", g, "tract", i, "server", srv, "err", err)
+	case !resp.GetQueued():
+		c.log.Debug("stripe repair queue full: the scrubber will repair it", "blob", g, "tract", i, "server", srv)
+	default:
+		c.repairsRequested.Add(1)
+	}
 }
 
 // unreachable reports whether a shard write to srv failed for want of its

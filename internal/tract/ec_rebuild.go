@@ -492,19 +492,24 @@ func (d *disk) scrubStripes(ctx context.Context, res *tpb.ScrubResponse) {
 		if row.Slots[0] != d.id {
 			continue
 		}
-		if err := d.scrubStripe(ctx, k, row, layoutOf(own.Shard.Ec), res); err != nil {
+		if _, err := d.scrubStripe(ctx, k, row, layoutOf(own.Shard.Ec), res); err != nil {
 			d.log.Warn("stripe parity check", "tract", k, "err", err)
 		}
 	}
 }
 
-func (d *disk) scrubStripe(ctx context.Context, k tractKey, row Row, e ECLayout, res *tpb.ScrubResponse) error {
+// scrubStripe checks one stripe of row and rewrites its missing or
+// stale shards (scrubStripes); whole reports that every slot then holds
+// its shard of the stripe's write (false when a shard was left for later:
+// a corrupt one its own server rebuilds, or one of a write that may be in
+// progress).
+func (d *disk) scrubStripe(ctx context.Context, k tractKey, row Row, e ECLayout, res *tpb.ScrubResponse) (whole bool, err error) {
 	if len(row.Slots) < e.Width() {
-		return fmt.Errorf("%s stripe in a row of %d slots", e, len(row.Slots))
+		return false, fmt.Errorf("%s stripe in a row of %d slots", e, len(row.Slots))
 	}
 	enc, err := d.svc.coders.get(e)
 	if err != nil {
-		return err
+		return false, err
 	}
 	reads := make([]shardRead, e.Width())
 	var wg sync.WaitGroup
@@ -524,7 +529,7 @@ func (d *disk) scrubStripe(ctx context.Context, k tractKey, row Row, e ECLayout,
 	}
 	g, m := bestGroup(holders, e)
 	if len(m) < e.Data {
-		return fmt.Errorf("%d shards of one write readable, %s needs %d", len(m), e, e.Data)
+		return false, fmt.Errorf("%d shards of one write readable, %s needs %d", len(m), e, e.Data)
 	}
 	res.CheckedStripes++
 	// A shard of another write is rewritten only once every shard of the
@@ -537,17 +542,20 @@ func (d *disk) scrubStripe(ctx context.Context, k tractKey, row Row, e ECLayout,
 	}
 	shards := make([][]byte, e.Width())
 	var bad []int
+	left := false
 	for j, r := range reads {
 		switch {
 		case r.err != nil && CodeOf(r.err) != tpb.ErrorCode_CORRUPT:
-			return fmt.Errorf("slot %d: %w", j, r.err) // unreachable: judged next pass
+			return false, fmt.Errorf("slot %d: %w", j, r.err) // unreachable: judged next pass
 		case r.err != nil:
 			// A corrupt shard is rebuilt by its own server (the read
 			// started it).
+			left = true
 		case r.found && int(r.meta.Shard.Index) == j && r.meta.Shard.WriteId == g.writeID && r.meta.Incarnation == g.incarnation:
 			shards[j] = r.data
 		case r.found && int(r.meta.Shard.Index) == j && r.meta.Incarnation == g.incarnation && !settled:
 			// Another write, maybe in progress: judged next pass.
+			left = true
 		default:
 			bad = append(bad, j)
 		}
@@ -567,17 +575,17 @@ func (d *disk) scrubStripe(ctx context.Context, k tractKey, row Row, e ECLayout,
 			res.ParityMismatches++
 			d.log.Error("stripe parity does not match its data", "tract", k, "write_id", g.writeID, "err", err)
 		}
-		return nil
+		return true, nil
 	}
 	for _, j := range bad {
 		data, sh, err := d.decodeShard(ctx, k, row, e, m, j)
 		if err != nil {
-			return err
+			return false, err
 		}
 		target := row.Slots[j]
 		c, err := d.svc.peer(ctx, target)
 		if err != nil {
-			return err
+			return false, err
 		}
 		req := &tpb.WriteShardRequest{Disk: target.Disk, Guid: k.guid[:], Tract: k.tract, RowVersion: row.Version,
 			Incarnation: g.incarnation, Shard: sh, Data: data, Crc32C: Checksum(data), Conditional: true}
@@ -588,12 +596,12 @@ func (d *disk) scrubStripe(ctx context.Context, k tractKey, row Row, e ECLayout,
 		_, err = c.WriteShard(wctx, req)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("rewrite shard %d on %s: %w", j, target, err)
+			return false, fmt.Errorf("rewrite shard %d on %s: %w", j, target, err)
 		}
 		res.RewrittenShards++
 		d.log.Info("scrubber rewrote a stripe's shard", "tract", k, "shard", j, "on", target)
 	}
-	return nil
+	return !left, nil
 }
 
 // readSlotShard reads the shard slot j of row holds (this server's own

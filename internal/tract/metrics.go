@@ -17,6 +17,7 @@ type counters struct {
 	blobOps, degradedBlobOps          atomic.Uint64
 	staleRejections                   atomic.Uint64
 	checksumFailures, repairs         atomic.Uint64
+	stripesRepaired                   atomic.Uint64
 	tractsReclaimed, bytesReclaimed   atomic.Uint64
 	syncsCompleted                    atomic.Uint64
 }
@@ -42,6 +43,10 @@ type Metrics struct {
 	StaleRejections uint64
 	// Tracts found corrupt, and repaired from another replica.
 	ChecksumFailures, Repairs uint64
+	// Stripes written with shards missing that were made whole on a
+	// writer's request, and those queued now (ec_repair.go).
+	StripesRepaired uint64
+	StripesQueued   int
 	// Garbage reclaimed by the scrubber and row drops.
 	TractsReclaimed, BytesReclaimed uint64
 }
@@ -55,7 +60,7 @@ func (s *Service) Metrics() Metrics {
 		TractsRecovered: s.m.tractsRecovered.Load(), BytesRecovered: s.m.bytesRecovered.Load(),
 		SyncsCompleted: s.m.syncsCompleted.Load(), BlobOps: s.m.blobOps.Load(), DegradedBlobOps: s.m.degradedBlobOps.Load(),
 		StaleRejections:  s.m.staleRejections.Load(),
-		ChecksumFailures: s.m.checksumFailures.Load(), Repairs: s.m.repairs.Load(),
+		ChecksumFailures: s.m.checksumFailures.Load(), Repairs: s.m.repairs.Load(), StripesRepaired: s.m.stripesRepaired.Load(),
 		TractsReclaimed: s.m.tractsReclaimed.Load(), BytesReclaimed: s.m.bytesReclaimed.Load(),
 	}
 	for _, d := range s.disks {
@@ -63,6 +68,7 @@ func (s *Service) Metrics() Metrics {
 		m.Tracts += t
 		m.Bytes += b
 		m.RowsCatchingUp += d.catchingUp()
+		m.StripesQueued += d.queuedRepairs()
 	}
 	return m
 }
@@ -79,6 +85,7 @@ func (m Metrics) String() string {
 	fmt.Fprintf(&b, "blob ops:   %d (%d with row members missing)\n", m.BlobOps, m.DegradedBlobOps)
 	fmt.Fprintf(&b, "stale:      %d rejected\n", m.StaleRejections)
 	fmt.Fprintf(&b, "checksums:  %d failed, %d repaired\n", m.ChecksumFailures, m.Repairs)
+	fmt.Fprintf(&b, "stripes:    %d made whole after writes with shards missing, %d queued\n", m.StripesRepaired, m.StripesQueued)
 	fmt.Fprintf(&b, "reclaimed:  %d tracts, %d bytes\n", m.TractsReclaimed, m.BytesReclaimed)
 	return b.String()
 }
@@ -118,6 +125,8 @@ var metricDefs = func() []metricDef {
 		def("stale_rejections_total", "Requests refused for an old TLT row version.", c, func(m Metrics) float64 { return float64(m.StaleRejections) }),
 		def("checksum_failures_total", "Tracts that failed their checksum.", c, func(m Metrics) float64 { return float64(m.ChecksumFailures) }),
 		def("repairs_total", "Corrupt tracts repaired from another replica.", c, func(m Metrics) float64 { return float64(m.Repairs) }),
+		def("stripes_repaired_total", "Stripes written with shards missing made whole on their writer's request.", c, func(m Metrics) float64 { return float64(m.StripesRepaired) }),
+		def("stripes_queued_for_repair", "Stripes written with shards missing queued for repair.", g, func(m Metrics) float64 { return float64(m.StripesQueued) }),
 		def("reclaimed_tracts_total", "Tracts reclaimed (deleted blobs, dropped rows).", c, func(m Metrics) float64 { return float64(m.TractsReclaimed) }),
 		def("reclaimed_bytes_total", "Bytes reclaimed (deleted blobs, dropped rows).", c, func(m Metrics) float64 { return float64(m.BytesReclaimed) }),
 	}

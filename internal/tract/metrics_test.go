@@ -10,7 +10,7 @@ import (
 func TestMetricsString(t *testing.T) {
 	m := Metrics{Tracts: 10, Bytes: 4096, TractsWritten: 3, BytesWritten: 300, TractsRead: 4, BytesRead: 400,
 		TractsReplicated: 6, BytesReplicated: 600, TractsRecovered: 2, BytesRecovered: 200, RowsCatchingUp: 1, SyncsCompleted: 7,
-		BlobOps: 5, DegradedBlobOps: 2, StaleRejections: 8, ChecksumFailures: 1, Repairs: 1, TractsReclaimed: 9, BytesReclaimed: 900}
+		BlobOps: 5, DegradedBlobOps: 2, StaleRejections: 8, ChecksumFailures: 1, Repairs: 1, StripesRepaired: 4, StripesQueued: 2, TractsReclaimed: 9, BytesReclaimed: 900}
 	want := `stored:     10 tracts, 4096 bytes
 written:    3 tracts, 300 bytes
 read:       4 tracts, 400 bytes
@@ -19,6 +19,7 @@ recovered:  2 tracts, 200 bytes; 1 rows catching up, 7 catch-ups done
 blob ops:   5 (2 with row members missing)
 stale:      8 rejected
 checksums:  1 failed, 1 repaired
+stripes:    4 made whole after writes with shards missing, 2 queued
 reclaimed:  9 tracts, 900 bytes
 `
 	if got := m.String(); got != want {

@@ -2300,6 +2300,125 @@ func (x *WriteShardResponse) GetStamp() *Stamp {
 	return nil
 }
 
+// RepairStripeRequest asks a member of a stripe's row (one that stored its
+// shard) to make the stripe whole soon: a writer sends it after a write
+// acknowledged with shards missing (D+1 durable), so the missed shards
+// are rewritten once their servers answer, not at the scrubber's next
+// parity pass. The member queues the stripe (a bounded queue; the reply
+// says whether it did) and repairs it in the background as its scrubber
+// would.
+type RepairStripeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Disk          uint32                 `protobuf:"varint,1,opt,name=disk,proto3" json:"disk,omitempty"`
+	Guid          []byte                 `protobuf:"bytes,2,opt,name=guid,proto3" json:"guid,omitempty"`
+	Tract         int64                  `protobuf:"varint,3,opt,name=tract,proto3" json:"tract,omitempty"`
+	RowVersion    uint64                 `protobuf:"varint,4,opt,name=row_version,json=rowVersion,proto3" json:"row_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairStripeRequest) Reset() {
+	*x = RepairStripeRequest{}
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairStripeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairStripeRequest) ProtoMessage() {}
+
+func (x *RepairStripeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairStripeRequest.ProtoReflect.Descriptor instead.
+func (*RepairStripeRequest) Descriptor() ([]byte, []int) {
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RepairStripeRequest) GetDisk() uint32 {
+	if x != nil {
+		return x.Disk
+	}
+	return 0
+}
+
+func (x *RepairStripeRequest) GetGuid() []byte {
+	if x != nil {
+		return x.Guid
+	}
+	return nil
+}
+
+func (x *RepairStripeRequest) GetTract() int64 {
+	if x != nil {
+		return x.Tract
+	}
+	return 0
+}
+
+func (x *RepairStripeRequest) GetRowVersion() uint64 {
+	if x != nil {
+		return x.RowVersion
+	}
+	return 0
+}
+
+type RepairStripeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queued        bool                   `protobuf:"varint,1,opt,name=queued,proto3" json:"queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairStripeResponse) Reset() {
+	*x = RepairStripeResponse{}
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairStripeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairStripeResponse) ProtoMessage() {}
+
+func (x *RepairStripeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairStripeResponse.ProtoReflect.Descriptor instead.
+func (*RepairStripeResponse) Descriptor() ([]byte, []int) {
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RepairStripeResponse) GetQueued() bool {
+	if x != nil {
+		return x.Queued
+	}
+	return false
+}
+
 // ReadShardRequest reads the shard a member of the tract's row holds,
 // whatever its index (after a promotion a server may hold another slot's
 // shard until the rebuild); the reply's meta.shard says which it is.
@@ -2317,7 +2436,7 @@ type ReadShardRequest struct {
 
 func (x *ReadShardRequest) Reset() {
 	*x = ReadShardRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[29]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2448,7 @@ func (x *ReadShardRequest) String() string {
 func (*ReadShardRequest) ProtoMessage() {}
 
 func (x *ReadShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[29]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2461,7 @@ func (x *ReadShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadShardRequest.ProtoReflect.Descriptor instead.
 func (*ReadShardRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{29}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReadShardRequest) GetDisk() uint32 {
@@ -2398,7 +2517,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[30]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2529,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[30]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2542,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{30}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StatusRequest) GetAllRows() bool {
@@ -2454,7 +2573,7 @@ type RowStatus struct {
 
 func (x *RowStatus) Reset() {
 	*x = RowStatus{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[31]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2585,7 @@ func (x *RowStatus) String() string {
 func (*RowStatus) ProtoMessage() {}
 
 func (x *RowStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[31]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2598,7 @@ func (x *RowStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowStatus.ProtoReflect.Descriptor instead.
 func (*RowStatus) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{31}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RowStatus) GetRow() uint32 {
@@ -2566,7 +2685,7 @@ type DiskStatus struct {
 
 func (x *DiskStatus) Reset() {
 	*x = DiskStatus{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[32]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2697,7 @@ func (x *DiskStatus) String() string {
 func (*DiskStatus) ProtoMessage() {}
 
 func (x *DiskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[32]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2710,7 @@ func (x *DiskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskStatus.ProtoReflect.Descriptor instead.
 func (*DiskStatus) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{32}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DiskStatus) GetDisk() uint32 {
@@ -2677,7 +2796,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[33]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +2808,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[33]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +2821,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{33}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StatusResponse) GetNodeId() uint64 {
@@ -2745,7 +2864,7 @@ type ScrubRequest struct {
 
 func (x *ScrubRequest) Reset() {
 	*x = ScrubRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[34]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2876,7 @@ func (x *ScrubRequest) String() string {
 func (*ScrubRequest) ProtoMessage() {}
 
 func (x *ScrubRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[34]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2889,7 @@ func (x *ScrubRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubRequest.ProtoReflect.Descriptor instead.
 func (*ScrubRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{34}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScrubRequest) GetDisk() uint32 {
@@ -2807,7 +2926,7 @@ type ScrubResponse struct {
 
 func (x *ScrubResponse) Reset() {
 	*x = ScrubResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[35]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +2938,7 @@ func (x *ScrubResponse) String() string {
 func (*ScrubResponse) ProtoMessage() {}
 
 func (x *ScrubResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[35]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +2951,7 @@ func (x *ScrubResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubResponse.ProtoReflect.Descriptor instead.
 func (*ScrubResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{35}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ScrubResponse) GetCheckedTracts() uint64 {
@@ -2912,7 +3031,7 @@ type ListBlobsRequest struct {
 
 func (x *ListBlobsRequest) Reset() {
 	*x = ListBlobsRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[36]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3043,7 @@ func (x *ListBlobsRequest) String() string {
 func (*ListBlobsRequest) ProtoMessage() {}
 
 func (x *ListBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[36]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3056,7 @@ func (x *ListBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBlobsRequest.ProtoReflect.Descriptor instead.
 func (*ListBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{36}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListBlobsRequest) GetDisk() uint32 {
@@ -2978,7 +3097,7 @@ type BlobEntry struct {
 
 func (x *BlobEntry) Reset() {
 	*x = BlobEntry{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[37]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2990,7 +3109,7 @@ func (x *BlobEntry) String() string {
 func (*BlobEntry) ProtoMessage() {}
 
 func (x *BlobEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[37]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3003,7 +3122,7 @@ func (x *BlobEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobEntry.ProtoReflect.Descriptor instead.
 func (*BlobEntry) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{37}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BlobEntry) GetGuid() []byte {
@@ -3030,7 +3149,7 @@ type ListBlobsResponse struct {
 
 func (x *ListBlobsResponse) Reset() {
 	*x = ListBlobsResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[38]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3161,7 @@ func (x *ListBlobsResponse) String() string {
 func (*ListBlobsResponse) ProtoMessage() {}
 
 func (x *ListBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[38]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3174,7 @@ func (x *ListBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBlobsResponse.ProtoReflect.Descriptor instead.
 func (*ListBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{38}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListBlobsResponse) GetBlobs() []*BlobEntry {
@@ -3082,7 +3201,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[39]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3094,7 +3213,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[39]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3107,7 +3226,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{39}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{41}
 }
 
 type RowData struct {
@@ -3122,7 +3241,7 @@ type RowData struct {
 
 func (x *RowData) Reset() {
 	*x = RowData{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[40]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3134,7 +3253,7 @@ func (x *RowData) String() string {
 func (*RowData) ProtoMessage() {}
 
 func (x *RowData) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[40]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3147,7 +3266,7 @@ func (x *RowData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowData.ProtoReflect.Descriptor instead.
 func (*RowData) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{40}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RowData) GetDisk() uint32 {
@@ -3187,7 +3306,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[41]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3318,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[41]
+	mi := &file_internal_tract_tractpb_tract_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3331,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{41}
+	return file_internal_tract_tractpb_tract_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *InventoryResponse) GetRows() []*RowData {
@@ -3392,7 +3511,15 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x06expect\x18\n" +
 	" \x01(\v2\x15.arbor.tract.v1.StampR\x06expect\"A\n" +
 	"\x12WriteShardResponse\x12+\n" +
-	"\x05stamp\x18\x01 \x01(\v2\x15.arbor.tract.v1.StampR\x05stamp\"\xb0\x01\n" +
+	"\x05stamp\x18\x01 \x01(\v2\x15.arbor.tract.v1.StampR\x05stamp\"t\n" +
+	"\x13RepairStripeRequest\x12\x12\n" +
+	"\x04disk\x18\x01 \x01(\rR\x04disk\x12\x12\n" +
+	"\x04guid\x18\x02 \x01(\fR\x04guid\x12\x14\n" +
+	"\x05tract\x18\x03 \x01(\x03R\x05tract\x12\x1f\n" +
+	"\vrow_version\x18\x04 \x01(\x04R\n" +
+	"rowVersion\".\n" +
+	"\x14RepairStripeResponse\x12\x16\n" +
+	"\x06queued\x18\x01 \x01(\bR\x06queued\"\xb0\x01\n" +
 	"\x10ReadShardRequest\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\rR\x04disk\x12\x12\n" +
 	"\x04guid\x18\x02 \x01(\fR\x04guid\x12\x14\n" +
@@ -3495,7 +3622,7 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\rROW_ROLE_NONE\x10\x00\x12\x14\n" +
 	"\x10ROW_ROLE_PRIMARY\x10\x01\x12\x14\n" +
 	"\x10ROW_ROLE_REPLICA\x10\x02\x12\x14\n" +
-	"\x10ROW_ROLE_PENDING\x10\x032\xe8\b\n" +
+	"\x10ROW_ROLE_PENDING\x10\x032\xc3\t\n" +
 	"\vTractServer\x12S\n" +
 	"\n" +
 	"WriteTract\x12!.arbor.tract.v1.WriteTractRequest\x1a\".arbor.tract.v1.WriteTractResponse\x12P\n" +
@@ -3503,7 +3630,8 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x06BlobOp\x12\x1d.arbor.tract.v1.BlobOpRequest\x1a\x1e.arbor.tract.v1.BlobOpResponse\x12S\n" +
 	"\n" +
 	"WriteShard\x12!.arbor.tract.v1.WriteShardRequest\x1a\".arbor.tract.v1.WriteShardResponse\x12P\n" +
-	"\tReadShard\x12 .arbor.tract.v1.ReadShardRequest\x1a!.arbor.tract.v1.ReadTractResponse\x12P\n" +
+	"\tReadShard\x12 .arbor.tract.v1.ReadShardRequest\x1a!.arbor.tract.v1.ReadTractResponse\x12Y\n" +
+	"\fRepairStripe\x12#.arbor.tract.v1.RepairStripeRequest\x1a$.arbor.tract.v1.RepairStripeResponse\x12P\n" +
 	"\tReplicate\x12 .arbor.tract.v1.ReplicateRequest\x1a!.arbor.tract.v1.ReplicateResponse\x12J\n" +
 	"\aListRow\x12\x1e.arbor.tract.v1.ListRowRequest\x1a\x1f.arbor.tract.v1.ListRowResponse\x12S\n" +
 	"\n" +
@@ -3528,53 +3656,55 @@ func file_internal_tract_tractpb_tract_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_tract_tractpb_tract_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_internal_tract_tractpb_tract_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_internal_tract_tractpb_tract_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_internal_tract_tractpb_tract_proto_goTypes = []any{
-	(ErrorCode)(0),             // 0: arbor.tract.v1.ErrorCode
-	(BlobOpKind)(0),            // 1: arbor.tract.v1.BlobOpKind
-	(RowRole)(0),               // 2: arbor.tract.v1.RowRole
-	(*Stamp)(nil),              // 3: arbor.tract.v1.Stamp
-	(*BlobMeta)(nil),           // 4: arbor.tract.v1.BlobMeta
-	(*ErasureCode)(nil),        // 5: arbor.tract.v1.ErasureCode
-	(*Shard)(nil),              // 6: arbor.tract.v1.Shard
-	(*RecentRequest)(nil),      // 7: arbor.tract.v1.RecentRequest
-	(*TractMeta)(nil),          // 8: arbor.tract.v1.TractMeta
-	(*RowSync)(nil),            // 9: arbor.tract.v1.RowSync
-	(*ErrorDetail)(nil),        // 10: arbor.tract.v1.ErrorDetail
-	(*WriteTractRequest)(nil),  // 11: arbor.tract.v1.WriteTractRequest
-	(*WriteTractResponse)(nil), // 12: arbor.tract.v1.WriteTractResponse
-	(*ReadTractRequest)(nil),   // 13: arbor.tract.v1.ReadTractRequest
-	(*ReadTractResponse)(nil),  // 14: arbor.tract.v1.ReadTractResponse
-	(*BlobOpRequest)(nil),      // 15: arbor.tract.v1.BlobOpRequest
-	(*BlobOpResponse)(nil),     // 16: arbor.tract.v1.BlobOpResponse
-	(*BlobMetasRequest)(nil),   // 17: arbor.tract.v1.BlobMetasRequest
-	(*BlobRef)(nil),            // 18: arbor.tract.v1.BlobRef
-	(*BlobMetasResponse)(nil),  // 19: arbor.tract.v1.BlobMetasResponse
-	(*BlobMetaResult)(nil),     // 20: arbor.tract.v1.BlobMetaResult
-	(*ReplicateRequest)(nil),   // 21: arbor.tract.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),  // 22: arbor.tract.v1.ReplicateResponse
-	(*TractEntry)(nil),         // 23: arbor.tract.v1.TractEntry
-	(*ListRowRequest)(nil),     // 24: arbor.tract.v1.ListRowRequest
-	(*ListRowResponse)(nil),    // 25: arbor.tract.v1.ListRowResponse
-	(*FetchTractRequest)(nil),  // 26: arbor.tract.v1.FetchTractRequest
-	(*FetchTractResponse)(nil), // 27: arbor.tract.v1.FetchTractResponse
-	(*SyncRowRequest)(nil),     // 28: arbor.tract.v1.SyncRowRequest
-	(*SyncRowResponse)(nil),    // 29: arbor.tract.v1.SyncRowResponse
-	(*WriteShardRequest)(nil),  // 30: arbor.tract.v1.WriteShardRequest
-	(*WriteShardResponse)(nil), // 31: arbor.tract.v1.WriteShardResponse
-	(*ReadShardRequest)(nil),   // 32: arbor.tract.v1.ReadShardRequest
-	(*StatusRequest)(nil),      // 33: arbor.tract.v1.StatusRequest
-	(*RowStatus)(nil),          // 34: arbor.tract.v1.RowStatus
-	(*DiskStatus)(nil),         // 35: arbor.tract.v1.DiskStatus
-	(*StatusResponse)(nil),     // 36: arbor.tract.v1.StatusResponse
-	(*ScrubRequest)(nil),       // 37: arbor.tract.v1.ScrubRequest
-	(*ScrubResponse)(nil),      // 38: arbor.tract.v1.ScrubResponse
-	(*ListBlobsRequest)(nil),   // 39: arbor.tract.v1.ListBlobsRequest
-	(*BlobEntry)(nil),          // 40: arbor.tract.v1.BlobEntry
-	(*ListBlobsResponse)(nil),  // 41: arbor.tract.v1.ListBlobsResponse
-	(*InventoryRequest)(nil),   // 42: arbor.tract.v1.InventoryRequest
-	(*RowData)(nil),            // 43: arbor.tract.v1.RowData
-	(*InventoryResponse)(nil),  // 44: arbor.tract.v1.InventoryResponse
+	(ErrorCode)(0),               // 0: arbor.tract.v1.ErrorCode
+	(BlobOpKind)(0),              // 1: arbor.tract.v1.BlobOpKind
+	(RowRole)(0),                 // 2: arbor.tract.v1.RowRole
+	(*Stamp)(nil),                // 3: arbor.tract.v1.Stamp
+	(*BlobMeta)(nil),             // 4: arbor.tract.v1.BlobMeta
+	(*ErasureCode)(nil),          // 5: arbor.tract.v1.ErasureCode
+	(*Shard)(nil),                // 6: arbor.tract.v1.Shard
+	(*RecentRequest)(nil),        // 7: arbor.tract.v1.RecentRequest
+	(*TractMeta)(nil),            // 8: arbor.tract.v1.TractMeta
+	(*RowSync)(nil),              // 9: arbor.tract.v1.RowSync
+	(*ErrorDetail)(nil),          // 10: arbor.tract.v1.ErrorDetail
+	(*WriteTractRequest)(nil),    // 11: arbor.tract.v1.WriteTractRequest
+	(*WriteTractResponse)(nil),   // 12: arbor.tract.v1.WriteTractResponse
+	(*ReadTractRequest)(nil),     // 13: arbor.tract.v1.ReadTractRequest
+	(*ReadTractResponse)(nil),    // 14: arbor.tract.v1.ReadTractResponse
+	(*BlobOpRequest)(nil),        // 15: arbor.tract.v1.BlobOpRequest
+	(*BlobOpResponse)(nil),       // 16: arbor.tract.v1.BlobOpResponse
+	(*BlobMetasRequest)(nil),     // 17: arbor.tract.v1.BlobMetasRequest
+	(*BlobRef)(nil),              // 18: arbor.tract.v1.BlobRef
+	(*BlobMetasResponse)(nil),    // 19: arbor.tract.v1.BlobMetasResponse
+	(*BlobMetaResult)(nil),       // 20: arbor.tract.v1.BlobMetaResult
+	(*ReplicateRequest)(nil),     // 21: arbor.tract.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),    // 22: arbor.tract.v1.ReplicateResponse
+	(*TractEntry)(nil),           // 23: arbor.tract.v1.TractEntry
+	(*ListRowRequest)(nil),       // 24: arbor.tract.v1.ListRowRequest
+	(*ListRowResponse)(nil),      // 25: arbor.tract.v1.ListRowResponse
+	(*FetchTractRequest)(nil),    // 26: arbor.tract.v1.FetchTractRequest
+	(*FetchTractResponse)(nil),   // 27: arbor.tract.v1.FetchTractResponse
+	(*SyncRowRequest)(nil),       // 28: arbor.tract.v1.SyncRowRequest
+	(*SyncRowResponse)(nil),      // 29: arbor.tract.v1.SyncRowResponse
+	(*WriteShardRequest)(nil),    // 30: arbor.tract.v1.WriteShardRequest
+	(*WriteShardResponse)(nil),   // 31: arbor.tract.v1.WriteShardResponse
+	(*RepairStripeRequest)(nil),  // 32: arbor.tract.v1.RepairStripeRequest
+	(*RepairStripeResponse)(nil), // 33: arbor.tract.v1.RepairStripeResponse
+	(*ReadShardRequest)(nil),     // 34: arbor.tract.v1.ReadShardRequest
+	(*StatusRequest)(nil),        // 35: arbor.tract.v1.StatusRequest
+	(*RowStatus)(nil),            // 36: arbor.tract.v1.RowStatus
+	(*DiskStatus)(nil),           // 37: arbor.tract.v1.DiskStatus
+	(*StatusResponse)(nil),       // 38: arbor.tract.v1.StatusResponse
+	(*ScrubRequest)(nil),         // 39: arbor.tract.v1.ScrubRequest
+	(*ScrubResponse)(nil),        // 40: arbor.tract.v1.ScrubResponse
+	(*ListBlobsRequest)(nil),     // 41: arbor.tract.v1.ListBlobsRequest
+	(*BlobEntry)(nil),            // 42: arbor.tract.v1.BlobEntry
+	(*ListBlobsResponse)(nil),    // 43: arbor.tract.v1.ListBlobsResponse
+	(*InventoryRequest)(nil),     // 44: arbor.tract.v1.InventoryRequest
+	(*RowData)(nil),              // 45: arbor.tract.v1.RowData
+	(*InventoryResponse)(nil),    // 46: arbor.tract.v1.InventoryResponse
 }
 var file_internal_tract_tractpb_tract_proto_depIdxs = []int32{
 	7,  // 0: arbor.tract.v1.BlobMeta.recent:type_name -> arbor.tract.v1.RecentRequest
@@ -3596,47 +3726,49 @@ var file_internal_tract_tractpb_tract_proto_depIdxs = []int32{
 	8,  // 16: arbor.tract.v1.ReplicateRequest.meta:type_name -> arbor.tract.v1.TractMeta
 	8,  // 17: arbor.tract.v1.TractEntry.meta:type_name -> arbor.tract.v1.TractMeta
 	23, // 18: arbor.tract.v1.ListRowResponse.entries:type_name -> arbor.tract.v1.TractEntry
-	34, // 19: arbor.tract.v1.ListRowResponse.row:type_name -> arbor.tract.v1.RowStatus
+	36, // 19: arbor.tract.v1.ListRowResponse.row:type_name -> arbor.tract.v1.RowStatus
 	8,  // 20: arbor.tract.v1.FetchTractResponse.meta:type_name -> arbor.tract.v1.TractMeta
 	6,  // 21: arbor.tract.v1.WriteShardRequest.shard:type_name -> arbor.tract.v1.Shard
 	3,  // 22: arbor.tract.v1.WriteShardRequest.expect:type_name -> arbor.tract.v1.Stamp
 	3,  // 23: arbor.tract.v1.WriteShardResponse.stamp:type_name -> arbor.tract.v1.Stamp
 	2,  // 24: arbor.tract.v1.RowStatus.role:type_name -> arbor.tract.v1.RowRole
-	34, // 25: arbor.tract.v1.DiskStatus.rows:type_name -> arbor.tract.v1.RowStatus
-	35, // 26: arbor.tract.v1.StatusResponse.disks:type_name -> arbor.tract.v1.DiskStatus
+	36, // 25: arbor.tract.v1.DiskStatus.rows:type_name -> arbor.tract.v1.RowStatus
+	37, // 26: arbor.tract.v1.StatusResponse.disks:type_name -> arbor.tract.v1.DiskStatus
 	4,  // 27: arbor.tract.v1.BlobEntry.meta:type_name -> arbor.tract.v1.BlobMeta
-	40, // 28: arbor.tract.v1.ListBlobsResponse.blobs:type_name -> arbor.tract.v1.BlobEntry
-	43, // 29: arbor.tract.v1.InventoryResponse.rows:type_name -> arbor.tract.v1.RowData
+	42, // 28: arbor.tract.v1.ListBlobsResponse.blobs:type_name -> arbor.tract.v1.BlobEntry
+	45, // 29: arbor.tract.v1.InventoryResponse.rows:type_name -> arbor.tract.v1.RowData
 	11, // 30: arbor.tract.v1.TractServer.WriteTract:input_type -> arbor.tract.v1.WriteTractRequest
 	13, // 31: arbor.tract.v1.TractServer.ReadTract:input_type -> arbor.tract.v1.ReadTractRequest
 	15, // 32: arbor.tract.v1.TractServer.BlobOp:input_type -> arbor.tract.v1.BlobOpRequest
 	30, // 33: arbor.tract.v1.TractServer.WriteShard:input_type -> arbor.tract.v1.WriteShardRequest
-	32, // 34: arbor.tract.v1.TractServer.ReadShard:input_type -> arbor.tract.v1.ReadShardRequest
-	21, // 35: arbor.tract.v1.TractServer.Replicate:input_type -> arbor.tract.v1.ReplicateRequest
-	24, // 36: arbor.tract.v1.TractServer.ListRow:input_type -> arbor.tract.v1.ListRowRequest
-	26, // 37: arbor.tract.v1.TractServer.FetchTract:input_type -> arbor.tract.v1.FetchTractRequest
-	28, // 38: arbor.tract.v1.TractServer.SyncRow:input_type -> arbor.tract.v1.SyncRowRequest
-	17, // 39: arbor.tract.v1.TractServer.BlobMetas:input_type -> arbor.tract.v1.BlobMetasRequest
-	33, // 40: arbor.tract.v1.TractServer.Status:input_type -> arbor.tract.v1.StatusRequest
-	37, // 41: arbor.tract.v1.TractServer.Scrub:input_type -> arbor.tract.v1.ScrubRequest
-	39, // 42: arbor.tract.v1.TractServer.ListBlobs:input_type -> arbor.tract.v1.ListBlobsRequest
-	42, // 43: arbor.tract.v1.TractServer.Inventory:input_type -> arbor.tract.v1.InventoryRequest
-	12, // 44: arbor.tract.v1.TractServer.WriteTract:output_type -> arbor.tract.v1.WriteTractResponse
-	14, // 45: arbor.tract.v1.TractServer.ReadTract:output_type -> arbor.tract.v1.ReadTractResponse
-	16, // 46: arbor.tract.v1.TractServer.BlobOp:output_type -> arbor.tract.v1.BlobOpResponse
-	31, // 47: arbor.tract.v1.TractServer.WriteShard:output_type -> arbor.tract.v1.WriteShardResponse
-	14, // 48: arbor.tract.v1.TractServer.ReadShard:output_type -> arbor.tract.v1.ReadTractResponse
-	22, // 49: arbor.tract.v1.TractServer.Replicate:output_type -> arbor.tract.v1.ReplicateResponse
-	25, // 50: arbor.tract.v1.TractServer.ListRow:output_type -> arbor.tract.v1.ListRowResponse
-	27, // 51: arbor.tract.v1.TractServer.FetchTract:output_type -> arbor.tract.v1.FetchTractResponse
-	29, // 52: arbor.tract.v1.TractServer.SyncRow:output_type -> arbor.tract.v1.SyncRowResponse
-	19, // 53: arbor.tract.v1.TractServer.BlobMetas:output_type -> arbor.tract.v1.BlobMetasResponse
-	36, // 54: arbor.tract.v1.TractServer.Status:output_type -> arbor.tract.v1.StatusResponse
-	38, // 55: arbor.tract.v1.TractServer.Scrub:output_type -> arbor.tract.v1.ScrubResponse
-	41, // 56: arbor.tract.v1.TractServer.ListBlobs:output_type -> arbor.tract.v1.ListBlobsResponse
-	44, // 57: arbor.tract.v1.TractServer.Inventory:output_type -> arbor.tract.v1.InventoryResponse
-	44, // [44:58] is the sub-list for method output_type
-	30, // [30:44] is the sub-list for method input_type
+	34, // 34: arbor.tract.v1.TractServer.ReadShard:input_type -> arbor.tract.v1.ReadShardRequest
+	32, // 35: arbor.tract.v1.TractServer.RepairStripe:input_type -> arbor.tract.v1.RepairStripeRequest
+	21, // 36: arbor.tract.v1.TractServer.Replicate:input_type -> arbor.tract.v1.ReplicateRequest
+	24, // 37: arbor.tract.v1.TractServer.ListRow:input_type -> arbor.tract.v1.ListRowRequest
+	26, // 38: arbor.tract.v1.TractServer.FetchTract:input_type -> arbor.tract.v1.FetchTractRequest
+	28, // 39: arbor.tract.v1.TractServer.SyncRow:input_type -> arbor.tract.v1.SyncRowRequest
+	17, // 40: arbor.tract.v1.TractServer.BlobMetas:input_type -> arbor.tract.v1.BlobMetasRequest
+	35, // 41: arbor.tract.v1.TractServer.Status:input_type -> arbor.tract.v1.StatusRequest
+	39, // 42: arbor.tract.v1.TractServer.Scrub:input_type -> arbor.tract.v1.ScrubRequest
+	41, // 43: arbor.tract.v1.TractServer.ListBlobs:input_type -> arbor.tract.v1.ListBlobsRequest
+	44, // 44: arbor.tract.v1.TractServer.Inventory:input_type -> arbor.tract.v1.InventoryRequest
+	12, // 45: arbor.tract.v1.TractServer.WriteTract:output_type -> arbor.tract.v1.WriteTractResponse
+	14, // 46: arbor.tract.v1.TractServer.ReadTract:output_type -> arbor.tract.v1.ReadTractResponse
+	16, // 47: arbor.tract.v1.TractServer.BlobOp:output_type -> arbor.tract.v1.BlobOpResponse
+	31, // 48: arbor.tract.v1.TractServer.WriteShard:output_type -> arbor.tract.v1.WriteShardResponse
+	14, // 49: arbor.tract.v1.TractServer.ReadShard:output_type -> arbor.tract.v1.ReadTractResponse
+	33, // 50: arbor.tract.v1.TractServer.RepairStripe:output_type -> arbor.tract.v1.RepairStripeResponse
+	22, // 51: arbor.tract.v1.TractServer.Replicate:output_type -> arbor.tract.v1.ReplicateResponse
+	25, // 52: arbor.tract.v1.TractServer.ListRow:output_type -> arbor.tract.v1.ListRowResponse
+	27, // 53: arbor.tract.v1.TractServer.FetchTract:output_type -> arbor.tract.v1.FetchTractResponse
+	29, // 54: arbor.tract.v1.TractServer.SyncRow:output_type -> arbor.tract.v1.SyncRowResponse
+	19, // 55: arbor.tract.v1.TractServer.BlobMetas:output_type -> arbor.tract.v1.BlobMetasResponse
+	38, // 56: arbor.tract.v1.TractServer.Status:output_type -> arbor.tract.v1.StatusResponse
+	40, // 57: arbor.tract.v1.TractServer.Scrub:output_type -> arbor.tract.v1.ScrubResponse
+	43, // 58: arbor.tract.v1.TractServer.ListBlobs:output_type -> arbor.tract.v1.ListBlobsResponse
+	46, // 59: arbor.tract.v1.TractServer.Inventory:output_type -> arbor.tract.v1.InventoryResponse
+	45, // [45:60] is the sub-list for method output_type
+	30, // [30:45] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
 	30, // [30:30] is the sub-list for extension extendee
 	0,  // [0:30] is the sub-list for field type_name
@@ -3653,7 +3785,7 @@ func file_internal_tract_tractpb_tract_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_tract_tractpb_tract_proto_rawDesc), len(file_internal_tract_tractpb_tract_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

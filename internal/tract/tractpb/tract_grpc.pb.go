@@ -23,20 +23,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TractServer_WriteTract_FullMethodName = "/arbor.tract.v1.TractServer/WriteTract"
-	TractServer_ReadTract_FullMethodName  = "/arbor.tract.v1.TractServer/ReadTract"
-	TractServer_BlobOp_FullMethodName     = "/arbor.tract.v1.TractServer/BlobOp"
-	TractServer_WriteShard_FullMethodName = "/arbor.tract.v1.TractServer/WriteShard"
-	TractServer_ReadShard_FullMethodName  = "/arbor.tract.v1.TractServer/ReadShard"
-	TractServer_Replicate_FullMethodName  = "/arbor.tract.v1.TractServer/Replicate"
-	TractServer_ListRow_FullMethodName    = "/arbor.tract.v1.TractServer/ListRow"
-	TractServer_FetchTract_FullMethodName = "/arbor.tract.v1.TractServer/FetchTract"
-	TractServer_SyncRow_FullMethodName    = "/arbor.tract.v1.TractServer/SyncRow"
-	TractServer_BlobMetas_FullMethodName  = "/arbor.tract.v1.TractServer/BlobMetas"
-	TractServer_Status_FullMethodName     = "/arbor.tract.v1.TractServer/Status"
-	TractServer_Scrub_FullMethodName      = "/arbor.tract.v1.TractServer/Scrub"
-	TractServer_ListBlobs_FullMethodName  = "/arbor.tract.v1.TractServer/ListBlobs"
-	TractServer_Inventory_FullMethodName  = "/arbor.tract.v1.TractServer/Inventory"
+	TractServer_WriteTract_FullMethodName   = "/arbor.tract.v1.TractServer/WriteTract"
+	TractServer_ReadTract_FullMethodName    = "/arbor.tract.v1.TractServer/ReadTract"
+	TractServer_BlobOp_FullMethodName       = "/arbor.tract.v1.TractServer/BlobOp"
+	TractServer_WriteShard_FullMethodName   = "/arbor.tract.v1.TractServer/WriteShard"
+	TractServer_ReadShard_FullMethodName    = "/arbor.tract.v1.TractServer/ReadShard"
+	TractServer_RepairStripe_FullMethodName = "/arbor.tract.v1.TractServer/RepairStripe"
+	TractServer_Replicate_FullMethodName    = "/arbor.tract.v1.TractServer/Replicate"
+	TractServer_ListRow_FullMethodName      = "/arbor.tract.v1.TractServer/ListRow"
+	TractServer_FetchTract_FullMethodName   = "/arbor.tract.v1.TractServer/FetchTract"
+	TractServer_SyncRow_FullMethodName      = "/arbor.tract.v1.TractServer/SyncRow"
+	TractServer_BlobMetas_FullMethodName    = "/arbor.tract.v1.TractServer/BlobMetas"
+	TractServer_Status_FullMethodName       = "/arbor.tract.v1.TractServer/Status"
+	TractServer_Scrub_FullMethodName        = "/arbor.tract.v1.TractServer/Scrub"
+	TractServer_ListBlobs_FullMethodName    = "/arbor.tract.v1.TractServer/ListBlobs"
+	TractServer_Inventory_FullMethodName    = "/arbor.tract.v1.TractServer/Inventory"
 )
 
 // TractServerClient is the client API for TractServer service.
@@ -52,6 +53,7 @@ type TractServerClient interface {
 	BlobOp(ctx context.Context, in *BlobOpRequest, opts ...grpc.CallOption) (*BlobOpResponse, error)
 	WriteShard(ctx context.Context, in *WriteShardRequest, opts ...grpc.CallOption) (*WriteShardResponse, error)
 	ReadShard(ctx context.Context, in *ReadShardRequest, opts ...grpc.CallOption) (*ReadTractResponse, error)
+	RepairStripe(ctx context.Context, in *RepairStripeRequest, opts ...grpc.CallOption) (*RepairStripeResponse, error)
 	// Between tractservers.
 	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
 	ListRow(ctx context.Context, in *ListRowRequest, opts ...grpc.CallOption) (*ListRowResponse, error)
@@ -117,6 +119,16 @@ func (c *tractServerClient) ReadShard(ctx context.Context, in *ReadShardRequest,
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReadTractResponse)
 	err := c.cc.Invoke(ctx, TractServer_ReadShard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tractServerClient) RepairStripe(ctx context.Context, in *RepairStripeRequest, opts ...grpc.CallOption) (*RepairStripeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepairStripeResponse)
+	err := c.cc.Invoke(ctx, TractServer_RepairStripe_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +238,7 @@ type TractServerServer interface {
 	BlobOp(context.Context, *BlobOpRequest) (*BlobOpResponse, error)
 	WriteShard(context.Context, *WriteShardRequest) (*WriteShardResponse, error)
 	ReadShard(context.Context, *ReadShardRequest) (*ReadTractResponse, error)
+	RepairStripe(context.Context, *RepairStripeRequest) (*RepairStripeResponse, error)
 	// Between tractservers.
 	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
 	ListRow(context.Context, *ListRowRequest) (*ListRowResponse, error)
@@ -261,6 +274,9 @@ func (UnimplementedTractServerServer) WriteShard(context.Context, *WriteShardReq
 }
 func (UnimplementedTractServerServer) ReadShard(context.Context, *ReadShardRequest) (*ReadTractResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadShard not implemented")
+}
+func (UnimplementedTractServerServer) RepairStripe(context.Context, *RepairStripeRequest) (*RepairStripeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RepairStripe not implemented")
 }
 func (UnimplementedTractServerServer) Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Replicate not implemented")
@@ -396,6 +412,24 @@ func _TractServer_ReadShard_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(TractServerServer).ReadShard(ctx, req.(*ReadShardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TractServer_RepairStripe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepairStripeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TractServerServer).RepairStripe(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TractServer_RepairStripe_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TractServerServer).RepairStripe(ctx, req.(*RepairStripeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -588,6 +622,10 @@ var TractServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadShard",
 			Handler:    _TractServer_ReadShard_Handler,
+		},
+		{
+			MethodName: "RepairStripe",
+			Handler:    _TractServer_RepairStripe_Handler,
 		},
 		{
 			MethodName: "Replicate",
