@@ -554,18 +554,12 @@ func (c *Client) readShard(ctx context.Context, g GUID, tract int64, row Row, sl
 		r.err = err
 		return r
 	}
-	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-	defer cancel()
-	resp, err := s.ReadShard(actx, &tpb.ReadShardRequest{Disk: srv.Disk, Guid: g[:], Tract: tract, RowVersion: row.Version,
-		Incarnation: incarnation, MetaOnly: metaOnly})
+	resp, err := askShard(ctx, s, c.cfg.AttemptTimeout, srv, g, tract, row.Version, incarnation, metaOnly)
 	if err != nil {
 		r.err = err
 		return r
 	}
-	r.found, r.meta, r.data = resp.Found && resp.Meta.GetShard() != nil, resp.Meta, resp.Data
-	if r.found && !metaOnly && (len(r.data) != int(r.meta.Length) || Checksum(r.data) != r.meta.Crc32C) {
-		r.found, r.err = false, errorf(tpb.ErrorCode_CORRUPT, "shard from %s does not match its checksum (in transit)", srv)
-	}
+	r.found, r.meta, r.data = resp.Found, resp.Meta, resp.Data
 	return r
 }
 

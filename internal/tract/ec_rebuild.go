@@ -404,21 +404,33 @@ func (d *disk) fetchShard(ctx context.Context, k tractKey, row Row, h shardHolde
 	return resp.Data, nil
 }
 
-// readPeerShard reads srv's shard of tract k (only its record, with
-// metaOnly) and checks the data against the record; Found is false when
-// srv holds no shard of k. It is the one remote shard read of the rebuild,
+// readPeerShard reads srv's shard of tract k (askShard), with the error
+// mapped from the wire. It is the one remote shard read of the rebuild,
 // the repair and the scrubber.
 func (d *disk) readPeerShard(ctx context.Context, srv ServerID, k tractKey, row Row, incarnation uint64, metaOnly bool) (*tpb.ReadTractResponse, error) {
 	c, err := d.svc.peer(ctx, srv)
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, d.svc.cfg.RPCTimeout)
-	defer cancel()
-	resp, err := c.ReadShard(rctx, &tpb.ReadShardRequest{Disk: srv.Disk, Guid: k.guid[:], Tract: k.tract, RowVersion: row.Version,
-		Incarnation: incarnation, MetaOnly: metaOnly})
+	resp, err := askShard(ctx, c, d.svc.cfg.RPCTimeout, srv, k.guid, k.tract, row.Version, incarnation, metaOnly)
 	if err != nil {
 		return nil, fromWire(err)
+	}
+	return resp, nil
+}
+
+// askShard is the one ReadShard call of clients and servers: srv's shard
+// of a tract (only its record, with metaOnly), its data checked against
+// the record (CORRUPT if it does not match: damaged in transit). Found is
+// false when srv holds no shard of the tract. A call's error is returned
+// as the wire gave it.
+func askShard(ctx context.Context, c tpb.TractServerClient, timeout time.Duration, srv ServerID, g GUID, tract int64, rowVersion, incarnation uint64, metaOnly bool) (*tpb.ReadTractResponse, error) {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := c.ReadShard(rctx, &tpb.ReadShardRequest{Disk: srv.Disk, Guid: g[:], Tract: tract, RowVersion: rowVersion,
+		Incarnation: incarnation, MetaOnly: metaOnly})
+	if err != nil {
+		return nil, err
 	}
 	if !resp.Found || resp.Meta.GetShard() == nil {
 		return &tpb.ReadTractResponse{}, nil
