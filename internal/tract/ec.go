@@ -406,7 +406,7 @@ func (b *Blob) writeStripe(ctx context.Context, info BlobInfo, i uint64, data []
 			b.c.degradedWrites.Add(1)
 			b.c.log.Debug("erasure-coded write acknowledged with shards missing: their servers are unreachable", "blob", b.guid, "tract", i,
 				"durable", durable, "of", e.Width(), "generation", desc.Generation, "err", errors.Join(errs...))
-			b.c.requestRepair(ctx, b.guid, i, row, failed)
+			b.c.requestRepair(ctx, b.guid, info.Incarnation, i, row, failed)
 			return nil
 		}
 		return firstRetryable(errs)
@@ -419,7 +419,7 @@ func (b *Blob) writeStripe(ctx context.Context, info BlobInfo, i uint64, data []
 // so that a missed shard is rewritten once its server answers rather
 // than at the scrubber's next parity pass. A refusal is logged only: the
 // write is acknowledged, and the scrubber remains the backstop.
-func (c *Client) requestRepair(ctx context.Context, g GUID, i uint64, row Row, failed []bool) {
+func (c *Client) requestRepair(ctx context.Context, g GUID, incarnation, i uint64, row Row, failed []bool) {
 	j := slices.Index(failed, false)
 	if j < 0 {
 		return
@@ -429,7 +429,7 @@ func (c *Client) requestRepair(ctx context.Context, g GUID, i uint64, row Row, f
 	var resp *tpb.RepairStripeResponse
 	if err == nil {
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-		resp, err = cl.RepairStripe(rctx, &tpb.RepairStripeRequest{Disk: srv.Disk, Guid: g[:], Tract: int64(i), RowVersion: row.Version})
+		resp, err = cl.RepairStripe(rctx, &tpb.RepairStripeRequest{Disk: srv.Disk, Guid: g[:], Tract: int64(i), RowVersion: row.Version, Incarnation: incarnation})
 		cancel()
 	}
 	switch {

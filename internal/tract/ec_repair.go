@@ -68,8 +68,11 @@ func (d *disk) queueRepair(ctx context.Context, req *tpb.RepairStripeRequest) (*
 	if _, pending, ok := row.RoleOf(d.id); !ok || pending {
 		return nil, errorf(tpb.ErrorCode_WRONG_SERVER, "tractserver %s holds no slot of row %d at version %d", d.id, ri, row.Version)
 	}
-	if m, ok := d.store.Get(k); !ok || m.Shard == nil {
-		return nil, invalidf("tractserver %s holds no shard of tract %s: ask a server that stored one", d.id, k)
+	if req.Incarnation == 0 {
+		return nil, invalidf("incarnation 0: name the blob life written")
+	}
+	if m, ok := d.store.Get(k); !ok || m.Shard == nil || m.Incarnation != req.Incarnation {
+		return nil, invalidf("tractserver %s holds no shard of tract %s of blob life %016x: ask a server that stored one", d.id, k, req.Incarnation)
 	}
 	now := d.svc.cfg.Now()
 	d.mu.Lock()

@@ -68,6 +68,8 @@ func (s *Service) checkTenancy(ctx context.Context, method string, req any) erro
 		err = s.ownBlob(ctx, r.GetDisk(), r.GetGuid(), r.GetIncarnation(), t)
 	case *tpb.ReadShardRequest:
 		err = s.ownBlob(ctx, r.GetDisk(), r.GetGuid(), r.GetIncarnation(), t)
+	case *tpb.RepairStripeRequest:
+		err = s.ownBlob(ctx, r.GetDisk(), r.GetGuid(), r.GetIncarnation(), t)
 	case *tpb.ListBlobsRequest, *tpb.StatusRequest, *tpb.InventoryRequest:
 		// ListBlobs is filtered; the others name no blob.
 	default:

@@ -2308,11 +2308,13 @@ func (x *WriteShardResponse) GetStamp() *Stamp {
 // says whether it did) and repairs it in the background as its scrubber
 // would.
 type RepairStripeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Disk          uint32                 `protobuf:"varint,1,opt,name=disk,proto3" json:"disk,omitempty"`
-	Guid          []byte                 `protobuf:"bytes,2,opt,name=guid,proto3" json:"guid,omitempty"`
-	Tract         int64                  `protobuf:"varint,3,opt,name=tract,proto3" json:"tract,omitempty"`
-	RowVersion    uint64                 `protobuf:"varint,4,opt,name=row_version,json=rowVersion,proto3" json:"row_version,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Disk       uint32                 `protobuf:"varint,1,opt,name=disk,proto3" json:"disk,omitempty"`
+	Guid       []byte                 `protobuf:"bytes,2,opt,name=guid,proto3" json:"guid,omitempty"`
+	Tract      int64                  `protobuf:"varint,3,opt,name=tract,proto3" json:"tract,omitempty"`
+	RowVersion uint64                 `protobuf:"varint,4,opt,name=row_version,json=rowVersion,proto3" json:"row_version,omitempty"`
+	// The blob life the writer wrote (a tenant may repair only its own).
+	Incarnation   uint64 `protobuf:"varint,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2371,6 +2373,13 @@ func (x *RepairStripeRequest) GetTract() int64 {
 func (x *RepairStripeRequest) GetRowVersion() uint64 {
 	if x != nil {
 		return x.RowVersion
+	}
+	return 0
+}
+
+func (x *RepairStripeRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
 	}
 	return 0
 }
@@ -3511,13 +3520,14 @@ const file_internal_tract_tractpb_tract_proto_rawDesc = "" +
 	"\x06expect\x18\n" +
 	" \x01(\v2\x15.arbor.tract.v1.StampR\x06expect\"A\n" +
 	"\x12WriteShardResponse\x12+\n" +
-	"\x05stamp\x18\x01 \x01(\v2\x15.arbor.tract.v1.StampR\x05stamp\"t\n" +
+	"\x05stamp\x18\x01 \x01(\v2\x15.arbor.tract.v1.StampR\x05stamp\"\x96\x01\n" +
 	"\x13RepairStripeRequest\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\rR\x04disk\x12\x12\n" +
 	"\x04guid\x18\x02 \x01(\fR\x04guid\x12\x14\n" +
 	"\x05tract\x18\x03 \x01(\x03R\x05tract\x12\x1f\n" +
 	"\vrow_version\x18\x04 \x01(\x04R\n" +
-	"rowVersion\".\n" +
+	"rowVersion\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\".\n" +
 	"\x14RepairStripeResponse\x12\x16\n" +
 	"\x06queued\x18\x01 \x01(\bR\x06queued\"\xb0\x01\n" +
 	"\x10ReadShardRequest\x12\x12\n" +
