@@ -17,7 +17,7 @@ DEV_FLAGS ?=
 # Where `make dev` mounts the file system "default" (empty: no mount).
 DEV_MOUNT ?= /tmp/arbor-mnt
 
-.PHONY: bench all build deps dev proto lint test test-short fuzz bench soak clean pjdfstest pjdfstest-nfs nfsfuse chaos
+.PHONY: bench all build deps dev proto lint test test-short fuzz bench soak clean pjdfstest pjdfstest-nfs nfsfuse chaos chaos-ec
 
 all: build
 
@@ -63,6 +63,15 @@ chaos: deps build
 	-fusermount3 -uz $(CHAOS_DIR)/mnt1 2>/dev/null; fusermount3 -uz $(CHAOS_DIR)/mnt2 2>/dev/null
 	rm -rf $(CHAOS_DIR)
 	./bin/arbor debug nemesis --dir $(CHAOS_DIR) --cycles $(CHAOS_CYCLES) --log-level warn $(if $(ARBOR_SEED),--seed $(ARBOR_SEED))
+
+# The same on 7 nodes whose file system and blobs are ec:5+2 (rows of 7,
+# 5 directory voters, 5-replica metadata): kills of any two nodes stay
+# within what the data and the metadata survive.
+CHAOS_EC_DIR ?= /tmp/arbor-chaos-ec
+chaos-ec: deps build
+	-fusermount3 -uz $(CHAOS_EC_DIR)/mnt1 2>/dev/null; fusermount3 -uz $(CHAOS_EC_DIR)/mnt2 2>/dev/null
+	rm -rf $(CHAOS_EC_DIR)
+	./bin/arbor debug nemesis --dir $(CHAOS_EC_DIR) --nodes 7 --data ec:5+2 --cycles $(CHAOS_CYCLES) --log-level warn $(if $(ARBOR_SEED),--seed $(ARBOR_SEED))
 
 # Regenerates the committed protobuf code; needs protoc and the plugins that
 # scripts/install-deps.sh installs. A normal build needs only Go.

@@ -34,7 +34,8 @@ a check failed (a node that panics because its disk is full, a known issue
 of another layer, is listed apart). Every choice comes from --seed (default $ARBOR_SEED, else
 random; the summary prints it).`,
 		Example: `  arbor debug nemesis --dir /tmp/arbor-chaos --cycles 100
-  arbor debug nemesis --dir /tmp/arbor-chaos --cycles 3 --seed 42`,
+  arbor debug nemesis --dir /tmp/arbor-chaos --cycles 3 --seed 42
+  arbor debug nemesis --dir /tmp/arbor-chaos-ec --nodes 7 --data ec:5+2 --cycles 10`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Dir == "" {
@@ -77,6 +78,7 @@ random; the summary prints it).`,
 	fl.StringVar(&cfg.Dir, "dir", "", "directory of the run (created if missing): the cluster and the mount points")
 	fl.IntVar(&cfg.Cycles, "cycles", cfg.Cycles, "fault cycles to run")
 	fl.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "nodes of the cluster (3 to 9)")
+	fl.StringVar(&cfg.Data, "data", "", "erasure-code the file system's data and the workload's blobs: ec:D+P (needs D+P nodes; the cluster gets rows of D+P and 2P+1 directory voters and metadata replicas)")
 	fl.StringVar(&seed, "seed", "", "seed of every choice (default $ARBOR_SEED, else random)")
 	fl.StringSliceVar(&faultKinds, "faults", nil, fmt.Sprintf("inject only these faults (default: all of %v)", nemesis.FaultKinds()))
 	fl.BoolVar(&cfg.DiskFull, "disk-full", false, "run the last node on a 1 GiB tmpfs of its own and add the fault that fills it (needs root)")

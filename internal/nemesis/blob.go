@@ -16,8 +16,9 @@ const maxBlobBytes = 512 << 10
 
 // blobWorker puts blobs and reads acknowledged ones back.
 type blobWorker struct {
-	tc  *tract.Client
-	rng *rand.Rand
+	tc     *tract.Client
+	layout tract.Layout // of the blobs it puts (Config.Data)
+	rng    *rand.Rand
 
 	mu      sync.Mutex
 	acked   map[tract.GUID]blobRecord
@@ -31,18 +32,19 @@ type blobRecord struct {
 	sum  [sha256.Size]byte
 }
 
-func newBlobWorker(tc *tract.Client, seed uint64) *blobWorker {
-	return &blobWorker{tc: tc, rng: rand.New(rand.NewPCG(seed, 0x626c6f62)), acked: map[tract.GUID]blobRecord{}}
+func newBlobWorker(tc *tract.Client, layout tract.Layout, seed uint64) *blobWorker {
+	return &blobWorker{tc: tc, layout: layout, rng: rand.New(rand.NewPCG(seed, 0x626c6f62)), acked: map[tract.GUID]blobRecord{}}
 }
 
-// putBlob stores data as a new blob, tract by tract.
-func putBlob(ctx context.Context, tc *tract.Client, data []byte) (tract.GUID, int, error) {
+// putBlob stores data as a new blob of the given layout (the zero layout:
+// the tract store's replication), tract by tract.
+func putBlob(ctx context.Context, tc *tract.Client, layout tract.Layout, data []byte) (tract.GUID, int, error) {
 	ts, err := tc.TractSize(ctx)
 	if err != nil {
 		return tract.GUID{}, 0, err
 	}
 	g := tract.NewGUID()
-	b, err := tc.CreateBlob(ctx, g, 0)
+	b, err := tc.CreateBlobLayout(ctx, g, layout, 0)
 	if err != nil {
 		return g, 0, fmt.Errorf("create blob: %w", err)
 	}
@@ -118,7 +120,7 @@ func (w *blobWorker) step(ctx context.Context) error {
 	w.mu.Unlock()
 	switch {
 	case put:
-		g, _, err := putBlob(ctx, w.tc, data)
+		g, _, err := putBlob(ctx, w.tc, w.layout, data)
 		if err != nil {
 			return err
 		}

@@ -65,3 +65,26 @@ func TestFsckLosses(t *testing.T) {
 		t.Fatal("a report that is no JSON decoded")
 	}
 }
+
+// TestDataLayoutConfig: an erasure-coded run needs D+P nodes and room for
+// 2P+1 directory voters and metadata replicas; anything else is refused
+// before a cluster starts.
+func TestDataLayoutConfig(t *testing.T) {
+	for _, x := range []struct {
+		data  string
+		nodes int
+		want  string // "" for accepted
+	}{
+		{"ec:5+2", 7, ""}, {"ec", 7, ""}, {"ec:4+1", 5, ""},
+		{"ec:5+2", 6, "needs 7 nodes"}, {"replicas:3", 5, "only an erasure code"}, {"ec:9+9", 9, "--data"}, {"bogus", 7, "--data"},
+	} {
+		c := Config{Binary: "/bin/true", Dir: t.TempDir(), Nodes: x.nodes, Data: x.data}
+		err := c.normalize()
+		switch {
+		case x.want == "" && (err != nil || c.Data == x.data && x.data == "ec"):
+			t.Errorf("--data %s on %d nodes: %v (canonical %q)", x.data, x.nodes, err, c.Data)
+		case x.want != "" && (err == nil || !strings.Contains(err.Error(), x.want)):
+			t.Errorf("--data %s on %d nodes: %v, want %q", x.data, x.nodes, err, x.want)
+		}
+	}
+}

@@ -268,7 +268,7 @@ func (r *run) probe(ctx context.Context, since time.Time) (time.Duration, error)
 			return tree.Put(ctx, []byte("chaos/probe"), []byte(time.Now().String()))
 		}},
 		{"blob put", func(ctx context.Context) error {
-			_, _, err := putBlob(ctx, tc, []byte("probe"))
+			_, _, err := putBlob(ctx, tc, r.layout, []byte("probe"))
 			return err
 		}},
 		{"file write", func(ctx context.Context) error {

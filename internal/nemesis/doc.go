@@ -6,7 +6,11 @@
 // them, restart them and cut them off, and check that no acknowledged
 // write is lost"; FSS §3's fault-injection testing; issue 13). It is what
 // `arbor debug nemesis` and `make chaos` run, and, for a few cycles, a test
-// of `make test`.
+// of `make test`. With Config.Data "ec:D+P" (`--data`, `make chaos-ec`:
+// 7 nodes, ec:5+2) the file system's data and the workload's blobs are
+// erasure-coded, on a cluster whose TLT rows have D+P slots and whose
+// directory and metadata extents have 2P+1 members, so that the kills of
+// two nodes stay within what both survive.
 //
 // # The workload
 //

@@ -10,12 +10,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/arbor-storage/arbor/internal/client"
 	"github.com/arbor-storage/arbor/internal/devcluster"
+	"github.com/arbor-storage/arbor/internal/extent"
+	"github.com/arbor-storage/arbor/internal/tract"
 )
 
 // Defaults and bounds of a run.
@@ -61,6 +64,14 @@ type Config struct {
 	// DiskFull runs the last node on a small disk of its own (a 1 GiB
 	// tmpfs; root only) and adds the fault that fills it up.
 	DiskFull bool
+	// Data is the layout of the file system's data and of the workload's
+	// blobs: "" (the tract store's replication) or an erasure code
+	// "ec:D+P" (tract.ParseLayout). An erasure-coded run needs D+P nodes
+	// or more; its cluster gets TLT rows of D+P slots and 2P+1 directory
+	// voters and metadata replicas, so that its metadata survives the P
+	// lost nodes its data survives (kills of two nodes stay within that
+	// for P >= 2).
+	Data string
 	// ServerArgs are extra `arbor server` arguments.
 	ServerArgs []string
 	// Out receives one line per cycle and the summary (nil: discarded).
@@ -108,6 +119,19 @@ func (c *Config) normalize() error {
 			return fmt.Errorf("nemesis: unknown fault %q (faults: %v)", f, FaultKinds())
 		}
 	}
+	if c.Data != "" {
+		l, err := tract.ParseLayout(c.Data)
+		if err != nil {
+			return fmt.Errorf("nemesis: --data: %w", err)
+		}
+		if !l.IsEC() {
+			return fmt.Errorf("nemesis: --data %s: only an erasure code (ec:D+P) is a mode of its own", l)
+		}
+		if c.Nodes < l.EC.Width() || 2*l.EC.Parity+1 > min(c.Nodes, extent.MaxReplication) {
+			return fmt.Errorf("nemesis: --data %s needs %d nodes or more (and %d directory voters and metadata replicas); %d given", l, max(l.EC.Width(), 2*l.EC.Parity+1), 2*l.EC.Parity+1, c.Nodes)
+		}
+		c.Data = l.String()
+	}
 	if c.Out == nil {
 		c.Out = io.Discard
 	}
@@ -124,6 +148,7 @@ type run struct {
 	rng     *rand.Rand // the nemesis's choices; only the cycle loop uses it
 	cluster *devcluster.Cluster
 	cl      *client.Cluster
+	layout  tract.Layout // Config.Data, parsed (zero: replicated)
 	mounts  []*mount
 	sum     *Summary
 	pause   sync.RWMutex // workers hold it for reading around each operation
@@ -148,8 +173,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	r := &run{cfg: cfg, log: cfg.Logger, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6e656d65)), sum: newSummary(cfg), stop: make(chan struct{})}
-	fmt.Fprintf(cfg.Out, "nemesis: seed %d (replay with ARBOR_SEED=%d or --seed %d), %d nodes, %d cycles, in %s\n",
-		cfg.Seed, cfg.Seed, cfg.Seed, cfg.Nodes, cfg.Cycles, cfg.Dir)
+	data := "replicated"
+	if cfg.Data != "" {
+		data = cfg.Data
+	}
+	fmt.Fprintf(cfg.Out, "nemesis: seed %d (replay with ARBOR_SEED=%d or --seed %d), %d nodes, %d cycles, data %s, in %s\n",
+		cfg.Seed, cfg.Seed, cfg.Seed, cfg.Nodes, cfg.Cycles, data, cfg.Dir)
 	start := time.Now()
 	err := r.runAll(ctx)
 	r.sum.Duration = time.Since(start)
@@ -163,14 +192,23 @@ func (r *run) runAll(ctx context.Context) (err error) {
 	if _, err := os.Stat(filepath.Join(r.cfg.Dir, "cluster")); err == nil {
 		return fmt.Errorf("nemesis: %s holds an earlier run: remove it or choose another directory (the checks need a new cluster)", r.cfg.Dir)
 	}
-	r.cluster, err = devcluster.Open(devcluster.Options{
+	opts := devcluster.Options{
 		Dir:          filepath.Join(r.cfg.Dir, "cluster"),
 		Nodes:        r.cfg.Nodes,
 		Binary:       r.cfg.Binary,
 		ServerArgs:   r.cfg.ServerArgs,
 		StartTimeout: r.cfg.RecoveryPatience,
 		Logger:       r.log,
-	})
+	}
+	if r.cfg.Data != "" {
+		if r.layout, err = tract.ParseLayout(r.cfg.Data); err != nil {
+			return err
+		}
+		survive := 2*r.layout.EC.Parity + 1
+		opts.DirectoryVoters, opts.MetadataReplicas = survive, survive
+		opts.Env = []string{tract.OptionsEnv + "=replication=" + strconv.Itoa(r.layout.EC.Width())}
+	}
+	r.cluster, err = devcluster.Open(opts)
 	if err != nil {
 		return err
 	}
@@ -226,7 +264,11 @@ func (r *run) runAll(ctx context.Context) (err error) {
 // setUp creates the file system, mounts it twice, and prepares the
 // workloads' state.
 func (r *run) setUp(ctx context.Context) error {
-	if _, err := r.cli(ctx, time.Minute, "fs", "create", fileSystem); err != nil {
+	create := []string{"fs", "create", fileSystem}
+	if r.cfg.Data != "" {
+		create = append(create, "--data", r.cfg.Data)
+	}
+	if _, err := r.cli(ctx, time.Minute, create...); err != nil {
 		return fmt.Errorf("nemesis: create the file system: %w", err)
 	}
 	for i := 1; i <= 2; i++ {
@@ -248,7 +290,7 @@ func (r *run) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.blob = newBlobWorker(tc, seed+11)
+	r.blob = newBlobWorker(tc, r.layout, seed+11)
 	tree, err := r.cl.KV(ctx)
 	if err != nil {
 		return fmt.Errorf("nemesis: open the KV store: %w", err)
