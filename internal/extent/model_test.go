@@ -477,9 +477,12 @@ func TestModelCheckedWorkload(t *testing.T) {
 	}
 	res, info := porcupine.CheckOperationsVerbose(accountsModel, history, modelCheckTimeout)
 	if res != porcupine.Ok {
-		path := t.TempDir() + "/history.html"
-		if err := porcupine.VisualizePath(accountsModel, info, path); err == nil {
-			t.Logf("visualization: %s", path)
+		// Not t.TempDir: the visualization must outlive the failed test.
+		if f, err := os.CreateTemp("", "extent-model-history-*.html"); err == nil {
+			if err := porcupine.Visualize(accountsModel, info, f); err == nil {
+				t.Logf("visualization: %s", f.Name())
+			}
+			f.Close()
 		}
 		t.Fatalf("history is not linearizable: %v", res)
 	}
