@@ -282,6 +282,8 @@ func TestCLIOnDevCluster(t *testing.T) {
 		{[]string{"blob", "get", "0123456789abcdef0123456789abcdef", "-"}, []string{"does not exist"}},
 		{[]string{"kv", "get", "absent"}, []string{`"absent"`, "not found"}},
 		{[]string{"fs", "create", ".."}, []string{`".."`}},
+		// Three metadata replicas survive one lost node; ec:1+2 survives two.
+		{[]string{"fs", "create", "wide", "--data", "ec:1+2"}, []string{"data layout ec:1+2 survives 2 lost nodes, but this cluster's metadata survives 1"}},
 		{[]string{"extent", "show", "999999"}, []string{"999999"}},
 	} {
 		stderr, code := runCLI(t, append(tc.args, flags...)...)
@@ -294,6 +296,8 @@ func TestCLIOnDevCluster(t *testing.T) {
 		waiting string // the waiting line's start, "" for none
 	}{
 		{[]string{"fs", "create", "f1"}, ""},
+		// The cluster's default layout named explicitly is what f1 got.
+		{[]string{"fs", "create", "f2", "--data", "replicas:3"}, ""},
 		{[]string{"snapshot", "create", "f1", "s1"}, ""},
 		{[]string{"fsck", "f1", "--progress", "always"}, "\rfsck     waiting for the cluster"},
 		{[]string{"snapshot", "delete", "f1", "s1", "--progress", "always"}, "\rdelete   waiting for the cluster"},

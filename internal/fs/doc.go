@@ -101,7 +101,9 @@
 // can keep its file data erasure-coded (DESIGN §2.9) while its metadata
 // stays replicated (the metadata server refuses a layout that survives
 // more lost nodes than the metadata's extents and directory do: ec:D+P
-// needs 2P+1 replicas of each, `arbor dev --metadata-replicas`). The block map gives each block of the file a tract; blocks are
+// needs 2P+1 replicas of each, `arbor dev --metadata-replicas`; the
+// cluster's default replicas:K is always accepted, as every file system
+// naming no layout has it). The block map gives each block of the file a tract; blocks are
 // small first and grow with the offset (blocks.go). A tract is written
 // once and never changed: a flush writes every changed block to new tracts
 // (allocated by the blob's atomic extend), then points the block map at

@@ -66,6 +66,21 @@ func (d *TractData) CheckLayout(ctx context.Context, layout string) (string, int
 	return l.String(), l.Survives(), nil
 }
 
+// DefaultLayout is the canonical form of the layout new blobs get when a
+// file system names none: replicas:K, K the tract store's row width
+// unless d was made with a replication of its own.
+func (d *TractData) DefaultLayout(ctx context.Context) (string, error) {
+	l := d.layout
+	if !l.IsEC() && l.Replicas == 0 {
+		t, err := d.c.TLT(ctx)
+		if err != nil {
+			return "", fmt.Errorf("fs: the tract store's replication: %w", err)
+		}
+		l.Replicas = t.Replication
+	}
+	return l.String(), nil
+}
+
 // WithLayout returns a view of d whose new blobs have the given layout
 // (a file system's data layout, as CheckLayout returned it; "" keeps d's).
 // Blobs already made keep theirs: a blob's layout is chosen at creation.

@@ -57,6 +57,7 @@ func (s *Server) CreateFileSystem(ctx context.Context, req *pb.CreateFileSystemR
 // cluster cannot hold it.
 type layoutChecker interface {
 	CheckLayout(ctx context.Context, layout string) (string, int, error)
+	DefaultLayout(ctx context.Context) (string, error)
 }
 
 // metadataSurvival is how many lost nodes every piece of the cluster's
@@ -94,7 +95,9 @@ const maxExtentPages = 1024
 
 // checkLayoutSurvival refuses a data layout whose blobs survive more lost
 // nodes than the file system's metadata: its files would outlive the
-// file system that names them.
+// file system that names them, so the extra space buys nothing. The
+// cluster's default layout is exempt (createFileSystem): every file system
+// naming no layout has it already.
 func (s *Server) checkLayoutSurvival(ctx context.Context, layout string, survives int) error {
 	least, why, err := s.metadataSurvival(ctx)
 	if err != nil {
@@ -124,8 +127,16 @@ func (s *Server) createFileSystem(ctx context.Context, name, layout, tenant stri
 		if layout, survives, err = lc.CheckLayout(ctx, layout); err != nil {
 			return nil, false, invalidf("%v", err)
 		}
-		if err := s.checkLayoutSurvival(ctx, layout, survives); err != nil {
+		// The cluster's own default is what a file system naming no
+		// layout gets: naming it explicitly must not be refused.
+		def, err := lc.DefaultLayout(ctx)
+		if err != nil {
 			return nil, false, err
+		}
+		if layout != def {
+			if err := s.checkLayoutSurvival(ctx, layout, survives); err != nil {
+				return nil, false, err
+			}
 		}
 	}
 	created := true
