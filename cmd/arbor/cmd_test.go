@@ -38,7 +38,7 @@ func newTestApp() *testApp {
 			ta.targets = append(ta.targets, t)
 			return ta.view, nil
 		},
-		decommission: func(_ context.Context, t clusterTarget, id uint64) error {
+		decommission: func(_ context.Context, t clusterTarget, id uint64, _ bool) error {
 			ta.targets = append(ta.targets, t)
 			if id == 404 {
 				return errors.New("no such node")

@@ -25,7 +25,7 @@ type app struct {
 	// The effects commands end in; tests replace them.
 	runServer    func(ctx context.Context, cfg server.Config) error
 	fetchView    func(ctx context.Context, target clusterTarget) (ClusterView, error)
-	decommission func(ctx context.Context, target clusterTarget, id uint64) error
+	decommission func(ctx context.Context, target clusterTarget, id uint64, acceptLoss bool) error
 }
 
 func newRootCmd(a *app) *cobra.Command {
@@ -41,11 +41,11 @@ func newRootCmd(a *app) *cobra.Command {
 		}
 	}
 	if a.decommission == nil {
-		a.decommission = func(ctx context.Context, t clusterTarget, id uint64) error {
+		a.decommission = func(ctx context.Context, t clusterTarget, id uint64, acceptLoss bool) error {
 			if err := probeCluster(ctx, t.Addrs); err != nil {
 				return err
 			}
-			return decommissionNode(ctx, t, id)
+			return decommissionNode(ctx, t, id, acceptLoss)
 		}
 	}
 	root := &cobra.Command{

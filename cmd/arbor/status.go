@@ -57,9 +57,13 @@ func newNodesCmd(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	var dcf clusterFlags
+	var acceptLoss bool
 	decommission := &cobra.Command{
 		Use:   "decommission ID",
 		Short: "Take a node out of the cluster for good",
+		Long: "Takes a node out of the cluster for good: it can never register again, and the TLT manager\n" +
+			"moves its rows to other tractservers, which copy from the rows' other members. It refuses (and\n" +
+			"changes nothing) while a TLT row has its only complete copy on the node, unless --" + acceptLossFlag + ".",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseUint(args[0], 10, 64)
@@ -72,7 +76,7 @@ func newNodesCmd(a *app) *cobra.Command {
 			}
 			ctx, cancel := withStallTimeout(cmd.Context(), dcf.timeout)
 			defer cancel()
-			if err := a.decommission(ctx, target, id); err != nil {
+			if err := a.decommission(ctx, target, id, acceptLoss); err != nil {
 				return fmt.Errorf("decommission node %d: %w", id, err)
 			}
 			fmt.Fprintf(a.stdout, "node %d is being decommissioned\n", id)
@@ -80,6 +84,7 @@ func newNodesCmd(a *app) *cobra.Command {
 		},
 	}
 	dcf.register(decommission)
+	decommission.Flags().BoolVar(&acceptLoss, acceptLossFlag, false, "decommission even if TLT rows hold their only complete copy on the node (losing what only it holds)")
 	cmd.AddCommand(decommission)
 	return cmd
 }

@@ -3,7 +3,10 @@ package overview
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -226,4 +229,40 @@ func HumanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// RowsOnlyOn lists the rows whose only copy known to be complete is on
+// node's disks: rows that wait for one of them (WaitingFor), and rows
+// where a member on node is in sync and no member elsewhere is. Giving
+// the node up (decommissioning it) makes the TLT manager repair those
+// rows from an incomplete copy, losing what only node held; a node whose
+// rows all have complete copies elsewhere can go without loss.
+func (v TLTView) RowsOnlyOn(node uint64) []int {
+	prefix := strconv.FormatUint(node, 10) + "/"
+	on := func(s string) bool { return strings.HasPrefix(s, prefix) }
+	var rows []int
+	for _, r := range v.Rows {
+		if slices.ContainsFunc(r.WaitingFor, on) {
+			rows = append(rows, r.Row)
+			continue
+		}
+		behind := map[string]bool{}
+		for _, b := range r.Behind {
+			behind[behindServer(b)] = true
+		}
+		var here, elsewhere bool
+		for _, s := range r.Slots {
+			switch {
+			case behind[s]:
+			case on(s):
+				here = true
+			default:
+				elsewhere = true
+			}
+		}
+		if here && !elsewhere {
+			rows = append(rows, r.Row)
+		}
+	}
+	return rows
 }
