@@ -64,7 +64,7 @@ func newNodesCmd(a *app) *cobra.Command {
 		Long: "Takes a node out of the cluster for good: it can never register again, and the TLT manager\n" +
 			"moves its rows to other tractservers, which copy from the rows' other members. It refuses (and\n" +
 			"changes nothing) while a TLT row has its only complete copy on the node, unless --" + acceptLossFlag + ".",
-		Args:  cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseUint(args[0], 10, 64)
 			if err != nil || id == 0 {
