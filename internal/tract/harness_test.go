@@ -168,6 +168,8 @@ type testNode struct {
 	srv    *grpc.Server
 	cancel context.CancelFunc
 	done   chan struct{}
+	// full is the node's store out of space (Config.DiskFull).
+	full atomic.Bool
 }
 
 // testCluster is a set of tract services, the fake directory and a real
@@ -275,6 +277,7 @@ func (c *testCluster) startNode(n *testNode) {
 	cfg := c.cfg
 	cfg.NodeID, cfg.Disks, cfg.DB, cfg.Directory, cfg.Dial, cfg.Logger = n.id, []DiskConfig{{Path: "disk", FS: n.fs}}, n.db, c.dir, c.dial, c.log
 	cfg.Epoch = func() uint64 { return c.dir.epoch(n.id) }
+	cfg.DiskFull = n.full.Load
 	svc, err := NewService(cfg)
 	if err != nil {
 		c.t.Fatal(err)

@@ -70,7 +70,8 @@ type Config struct {
 	Now func() time.Time
 	// DiskFull, if set, reports that the node's store is out of space
 	// (raftengine's ballast is released): the disks then refuse every
-	// write, OVERLOADED, until it has room again.
+	// write, OVERLOADED, until it has room again, except a blob's delete
+	// (BlobOp, Replicate), which frees space.
 	DiskFull func() bool
 }
 
@@ -376,9 +377,16 @@ func (s *Service) ReadTract(ctx context.Context, req *tpb.ReadTractRequest) (*tp
 	return resp, toStatus(ctx, err)
 }
 
-// BlobOp implements tractpb.TractServerServer.
+// BlobOp implements tractpb.TractServerServer. Only create and extend
+// are refused on a full disk: a get only reads, and a delete is how an
+// operator frees space (its tombstone is a small record, and the
+// scrubber then reclaims the blob's tracts).
 func (s *Service) BlobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpResponse, error) {
-	d, err := s.writableDisk(req.Disk)
+	pick := s.disk
+	if req.Op == tpb.BlobOpKind_BLOB_OP_CREATE || req.Op == tpb.BlobOpKind_BLOB_OP_EXTEND {
+		pick = s.writableDisk
+	}
+	d, err := pick(req.Disk)
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
@@ -399,9 +407,15 @@ func (s *Service) BlobMetas(ctx context.Context, req *tpb.BlobMetasRequest) (*tp
 	return resp, toStatus(ctx, err)
 }
 
-// Replicate implements tractpb.TractServerServer.
+// Replicate implements tractpb.TractServerServer. A full disk still
+// takes a deleted blob's tombstone, so that a delete goes through on a
+// row with a full member (BlobOp).
 func (s *Service) Replicate(ctx context.Context, req *tpb.ReplicateRequest) (*tpb.ReplicateResponse, error) {
-	d, err := s.writableDisk(req.Disk)
+	pick := s.writableDisk
+	if req.GetMeta().GetBlob().GetDeleted() {
+		pick = s.disk
+	}
+	d, err := pick(req.Disk)
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
