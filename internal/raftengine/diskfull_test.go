@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -176,4 +179,155 @@ func (f *enospcFile) WriteAt(p []byte, off int64) (int, error) {
 		return 0, syscall.ENOSPC
 	}
 	return f.File.WriteAt(p, off)
+}
+
+// noFallocateFS is a file system without fallocate (Preallocate fails, as
+// on tmpfs of old kernels or some network file systems); failCreate, if
+// set, fails the creation of the ballast as a read-only directory would.
+// It counts the ballasts created.
+type noFallocateFS struct {
+	vfs.FS
+	failCreate atomic.Bool
+	created    atomic.Int32
+}
+
+func (fs *noFallocateFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if filepath.Base(name) == ballastName {
+		if fs.failCreate.Load() {
+			return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EACCES}
+		}
+		fs.created.Add(1)
+	}
+	f, err := fs.FS.Create(name, c)
+	if err != nil {
+		return nil, err
+	}
+	return noFallocateFile{f}, nil
+}
+
+type noFallocateFile struct{ vfs.File }
+
+func (noFallocateFile) Preallocate(int64, int64) error { return syscall.EOPNOTSUPP }
+
+// countingHandler counts the log records whose message contains want.
+type countingHandler struct {
+	want string
+	n    *atomic.Int32
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.want) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestBallastWithoutFallocate: on a file system without fallocate the
+// ballast is written with zeros (before, the node counted as full from
+// its start for ever); a restart keeps the ballast it finds rather than
+// writing it again.
+func TestBallastWithoutFallocate(t *testing.T) {
+	fs := &noFallocateFS{FS: vfs.NewMem()}
+	const ballast = 1 << 20
+	st, err := OpenStoreWith("/db", StoreOptions{FS: fs, BallastBytes: ballast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Full() {
+		t.Fatal("full at start on a file system without fallocate")
+	}
+	if fi, err := fs.Stat("/db/" + ballastName); err != nil || fi.Size() != ballast {
+		t.Fatalf("the ballast: %v, %v; want %d bytes", fi, err, ballast)
+	}
+	if err := st.DB.Set([]byte("k"), []byte("v"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st, err = OpenStoreWith("/db", StoreOptions{FS: fs, BallastBytes: ballast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if n := fs.created.Load(); n != 1 {
+		t.Fatalf("the ballast was written %d times over a restart, want once", n)
+	}
+	if st.Full() {
+		t.Fatal("full after a restart")
+	}
+}
+
+// TestNoBallastRunsWithoutOne: a ballast that cannot be made (not for
+// want of room) is logged once, and the node serves writes without one:
+// it still turns full under the low water mark and serves again once
+// space is back (before, it stayed full for ever).
+func TestNoBallastRunsWithoutOne(t *testing.T) {
+	fs := &noFallocateFS{FS: vfs.NewMem()}
+	fs.failCreate.Store(true)
+	if err := fs.MkdirAll("/db", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var logged atomic.Int32
+	g := newDiskGuard(fs, "/db", 1<<20, slog.New(countingHandler{want: "the ballast cannot be made", n: &logged}))
+	var free atomic.Uint64
+	free.Store(1 << 30)
+	g.avail = func() (uint64, error) { return free.Load(), nil }
+	ctx := context.Background()
+	g.start(ctx)
+	if g.full.Load() {
+		t.Fatal("full at start with room and no ballast possible")
+	}
+	free.Store(1000)
+	g.poll(ctx)
+	if !g.full.Load() {
+		t.Fatal("not full under the low water mark")
+	}
+	free.Store(1 << 30)
+	for range 3 {
+		g.poll(ctx)
+	}
+	if g.full.Load() {
+		t.Fatal("still full with space back: a node that cannot make its ballast must serve writes without one")
+	}
+	if n := logged.Load(); n != 1 {
+		t.Fatalf("the missing ballast was logged %d times, want once", n)
+	}
+}
+
+// TestSlowDiskCheckDoesNotStallTicks: a statfs that does not return (a
+// hung disk) holds up only the disk watcher: groups still elect leaders
+// and commit (before, the check ran on the tick goroutine, and no group
+// of the node ticked again).
+func TestSlowDiskCheckDoesNotStallTicks(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	hung := make(chan struct{})
+	var released atomic.Bool
+	release := func() {
+		if !released.Swap(true) {
+			close(hung)
+		}
+	}
+	t.Cleanup(release) // before the cluster's close: its stop waits for the watcher
+	slow := func() (uint64, error) {
+		<-hung
+		return 1 << 30, nil
+	}
+	c.disks = map[uint64]testDisk{}
+	for _, id := range c.ids {
+		c.stop(id)
+		c.disks[id] = testDisk{ballast: 1 << 20, avail: slow}
+		c.start(id)
+	}
+	const gid = 9
+	c.createGroup(gid, c.ids...)
+	c.leader(gid)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lead := c.leader(gid)
+	if _, err := c.engines[lead].Propose(ctx, gid, setCmd("k", "v")); err != nil {
+		t.Fatalf("a proposal while every node's disk check hangs: %v", err)
+	}
+	release()
 }

@@ -325,8 +325,9 @@ func (e *Engine) Start() error {
 	}
 	e.sched = newScheduler(e.processRound)
 	e.cfg.Transport.Listen(e)
-	e.wg.Add(1)
+	e.wg.Add(2)
 	go e.tickLoop()
+	go e.diskLoop()
 	e.mu.RLock()
 	gids := make([]uint64, 0, len(e.groups))
 	for gid := range e.groups {
@@ -783,8 +784,8 @@ func growsLog(m *raftpb.Message) bool {
 // watchDisk checks the store's free space (diskfull.go); while the disk is
 // full it hands the leadership of every group led here to another live
 // voter, since a leader that refuses proposals stalls its group.
-func (e *Engine) watchDisk() {
-	e.store.disk.poll()
+func (e *Engine) watchDisk(ctx context.Context) {
+	e.store.disk.poll(ctx)
 	if !e.store.Full() {
 		return
 	}
@@ -829,10 +830,7 @@ func (e *Engine) tickLoop() {
 	defer e.wg.Done()
 	t := time.NewTicker(e.cfg.TickInterval)
 	defer t.Stop()
-	var (
-		n           uint64
-		diskChecked time.Time
-	)
+	var n uint64
 	for {
 		select {
 		case <-e.ctx.Done():
@@ -841,9 +839,22 @@ func (e *Engine) tickLoop() {
 		}
 		n++
 		e.tick(n%keepaliveTicks == 0)
-		if now := time.Now(); now.Sub(diskChecked) >= diskCheckInterval {
-			diskChecked = now
-			e.watchDisk()
+	}
+}
+
+// diskLoop runs watchDisk every diskCheckInterval, on its own goroutine:
+// a slow statfs or the writing of a ballast (diskfull.go) must not hold
+// back the ticks of every group.
+func (e *Engine) diskLoop() {
+	defer e.wg.Done()
+	t := time.NewTicker(diskCheckInterval)
+	defer t.Stop()
+	for {
+		e.watchDisk(e.ctx)
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

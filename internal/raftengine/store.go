@@ -1,6 +1,7 @@
 package raftengine
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -84,7 +85,7 @@ func OpenStoreWith(dir string, o StoreOptions) (*Store, error) {
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create store directory: %w", err)
 	}
-	disk.start()
+	disk.start(context.Background())
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open pebble at %s: %w", dir, err)
