@@ -143,14 +143,17 @@
 //     the directory no longer holds them alive: a dead member no server
 //     can replace, as on a cluster of exactly D+P failure domains), when at
 //     least D+1 shards are durable and every other one failed only for
-//     want of its server. A shard refused by a live server fails the
-//     attempt, which is retried whole after a TLT refresh. The missing
+//     want of its server, or because its server's disk is full (OVERLOADED:
+//     a full node refuses every write until space is freed, so waiting for
+//     it would stall every stripe of its rows). Any other refusal by a
+//     live server fails the attempt, which is retried whole after a TLT
+//     refresh. The missing
 //     shards are rebuilt by their server: a restarted server rebuilds the
 //     shards of every row it holds (replica rows by their catch-up, rows
 //     it leads by recheckShards), a server back from a cut-off catches up
 //     every row, a replaced one is rebuilt by its successor; for the
-//     rest (a server refused or timed out that then answers again, having
-//     neither restarted nor left) the writer asks a member of the row that
+//     rest (a server refused, full or timed out that then answers again,
+//     having neither restarted nor left) the writer asks a member of the row that
 //     stored its shard to repair the stripe (RepairStripe, ec_repair.go):
 //     it queues the stripe and, once the write has settled and every
 //     server of the stripe is alive, rewrites the missed shards as the
@@ -257,6 +260,11 @@
 // does not answer (a partition) delays it by up to the RPC timeout; a row
 // whose primary and catching-up member hold no shard asks only the primary
 // (rebuildShards).
+//
+// A full node (Config.DiskFull) refuses the writes it is sent (OVERLOADED:
+// replicated writes stall until it has room, erasure-coded ones miss its
+// shard), but its own catch-ups of rows it holds (sync.go: copying tracts,
+// rebuilding shards) still write.
 //
 // Tombstones of deleted blobs are kept (a few hundred bytes each). The
 // scrubber asks each blob's metadata primary once per pass. Writes to a

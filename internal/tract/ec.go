@@ -332,9 +332,10 @@ func shardTargets(row Row, i int) []ServerID {
 // generation one above the highest any of the stripe's servers holds. It
 // returns once the write is acknowledged (the package doc's rule): every
 // shard durable on all its targets, or, when the servers of some shards
-// cannot be reached (dead, not yet replaced), at least Data+1 shards
-// durable and every other one failed only for want of its server; those
-// shards are rebuilt when their server returns (its catch-up) or by the
+// cannot be reached (dead, not yet replaced) or their disks are full, at
+// least Data+1 shards durable and every other one failed only for want of
+// its server or of room (missable); those shards are rebuilt when their
+// server returns (its catch-up), from the repair queue, or by the
 // scrubber.
 func (b *Blob) writeStripe(ctx context.Context, info BlobInfo, i uint64, data []byte) error {
 	enc, err := b.c.coders.get(info.Layout.EC)
@@ -382,7 +383,7 @@ func (b *Blob) writeStripe(ctx context.Context, info BlobInfo, i uint64, data []
 						errs = append(errs, fmt.Errorf("shard %d on %s: %w", j, srv, err))
 						failed[j] = true
 						mu.Unlock()
-						miss := b.c.unreachable(ctx, srv, err)
+						miss := b.c.missable(ctx, srv, err)
 						mu.Lock()
 						missable[j] = missable[j] && miss
 						mu.Unlock()
@@ -404,7 +405,7 @@ func (b *Blob) writeStripe(ctx context.Context, info BlobInfo, i uint64, data []
 		}
 		if canMiss && durable >= e.Data+1 && ctx.Err() == nil {
 			b.c.degradedWrites.Add(1)
-			b.c.log.Debug("erasure-coded write acknowledged with shards missing: their servers are unreachable", "blob", b.guid, "tract", i,
+			b.c.log.Debug("erasure-coded write acknowledged with shards missing: their servers are unreachable or full", "blob", b.guid, "tract", i,
 				"durable", durable, "of", e.Width(), "generation", desc.Generation, "err", errors.Join(errs...))
 			b.c.requestRepair(ctx, b.guid, info.Incarnation, i, row, failed)
 			return nil
@@ -442,17 +443,19 @@ func (c *Client) requestRepair(ctx context.Context, g GUID, incarnation, i uint6
 	}
 }
 
-// unreachable reports whether a shard write to srv failed for want of its
-// server rather than because the server refused it: only such a shard
-// may be missing from an acknowledged write. The connection refused (the
-// server is down) or the server cut off from the directory (TLT_BEHIND:
-// it catches up every row it holds once back) qualify at once; a timeout
-// only once the directory no longer holds the node alive (a partition),
-// since an alive server that is merely slow would keep a stale shard
-// until the scrubber's parity pass.
-func (c *Client) unreachable(ctx context.Context, srv ServerID, err error) bool {
+// missable reports whether a shard write to srv failed for want of its
+// server, or of room on it, rather than because the server refused the
+// write: only such a shard may be missing from an acknowledged write. The
+// connection refused (the server is down), the server cut off from the
+// directory (TLT_BEHIND: it catches up every row it holds once back) and
+// a server whose disk is full (OVERLOADED: it refuses every write until
+// space is freed, and then takes the shard from the repair queue) qualify
+// at once; a timeout only once the directory no longer holds the node
+// alive (a partition), since an alive server that is merely slow would
+// keep a stale shard until the scrubber's parity pass.
+func (c *Client) missable(ctx context.Context, srv ServerID, err error) bool {
 	if te, ok := ErrorOf(err); ok {
-		return te.Code == tpb.ErrorCode_TLT_BEHIND
+		return te.Code == tpb.ErrorCode_TLT_BEHIND || te.Code == tpb.ErrorCode_OVERLOADED
 	}
 	switch status.Code(err) {
 	case codes.Unavailable:
