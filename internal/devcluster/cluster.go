@@ -478,6 +478,9 @@ func (c *Cluster) serverArgs(n nodeLayout) []string {
 	if c.opts.PProf {
 		args = append(args, "--pprof")
 	}
+	// The node's own bound on its graceful stop ends before the SIGKILL
+	// of StopTimeout, so that it gives up its waits rather than be killed.
+	args = append(args, "--shutdown-timeout="+(c.opts.StopTimeout*7/10).String())
 	return append(args, c.opts.ServerArgs...)
 }
 
@@ -712,6 +715,7 @@ func (c *Cluster) signalAndWait(ctx context.Context, id uint64, sig unix.Signal,
 	p.expected = true
 	c.mu.Unlock()
 
+	signalled := time.Now()
 	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("devcluster: signal node %d: %w", id, err)
 	}
@@ -731,7 +735,7 @@ func (c *Cluster) signalAndWait(ctx context.Context, id uint64, sig unix.Signal,
 			if p.exitErr != nil {
 				return fmt.Errorf("devcluster: node %d: %w", id, p.exitErr)
 			}
-			c.logger.Info("node stopped", "node", id)
+			c.logger.Info("node stopped", "node", id, "took", time.Since(signalled).Round(time.Millisecond))
 			return nil
 		case <-escalate:
 			escalate = nil

@@ -287,6 +287,10 @@ func (t *GRPCTransport) currentHandler() (Handler, error) {
 	return *h, nil
 }
 
+// errTransportClosed ends a peer's stream into a transport that closed:
+// the node is stopping.
+var errTransportClosed = status.Error(codes.Unavailable, "raft transport closed: the node is stopping")
+
 // transportServer is the receiving end of the transport.
 type transportServer struct {
 	enginepb.UnimplementedRaftTransportServer
@@ -294,15 +298,44 @@ type transportServer struct {
 }
 
 // Send implements enginepb.RaftTransportServer: the receiving end of a
-// peer's stream.
+// peer's stream. The stream lives as long as the peer's transport, so it
+// ends here when this transport closes (errTransportClosed): otherwise a
+// node's graceful gRPC stop would wait for every peer's transport to
+// close, and peers stopping together each wait for the others.
 func (s transportServer) Send(stream enginepb.RaftTransport_SendServer) error {
 	t := s.t
 	h, err := t.currentHandler()
 	if err != nil {
 		return err
 	}
+	// Recv cannot be interrupted but by the handler's return: receive on
+	// a goroutine of the stream's own (it ends when the stream does).
+	type received struct {
+		batch *enginepb.MessageBatch
+		err   error
+	}
+	in := make(chan received)
+	go func() {
+		for {
+			batch, err := stream.Recv()
+			select {
+			case in <- received{batch, err}:
+			case <-stream.Context().Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	for {
-		batch, err := stream.Recv()
+		var r received
+		select {
+		case <-t.ctx.Done():
+			return errTransportClosed
+		case r = <-in:
+		}
+		batch, err := r.batch, r.err
 		if errors.Is(err, io.EOF) {
 			return stream.SendAndClose(&enginepb.SendResponse{})
 		}
@@ -422,7 +455,12 @@ func (s transportServer) Snapshot(stream enginepb.RaftTransport_SnapshotServer) 
 		}
 		return nil, io.EOF
 	}
-	applied, err := h.HandleSnapshot(stream.Context(), header, next)
+	// A snapshot being received is abandoned when the transport closes
+	// (the sender retries it later), so that it never holds up a stop.
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	defer context.AfterFunc(t.ctx, cancel)()
+	applied, err := h.HandleSnapshot(ctx, header, next)
 	if err != nil {
 		return status.Errorf(codes.Aborted, "install snapshot of group %d: %v", header.GroupID, err)
 	}

@@ -166,3 +166,50 @@ func TestGRPCTransportReplicatesAndStreamsSnapshots(t *testing.T) {
 		t.Fatal("node 3 caught up without a snapshot; the test did not exercise snapshot streaming")
 	}
 }
+
+// TestClosedTransportEndsPeersStreams: once a node's transport closes
+// (its engine stopping), the streams its peers hold open into it end, so
+// that its gRPC server's graceful stop does not wait for every peer's
+// transport to close (before, nodes stopping together each waited for
+// the others until their drain timed out).
+func TestClosedTransportEndsPeersStreams(t *testing.T) {
+	c := &grpcCluster{t: t, addrs: map[uint64]string{}, nodes: map[uint64]*grpcNode{}}
+	for id := uint64(1); id <= 2; id++ {
+		c.start(id, vfs.NewMem())
+	}
+	t.Cleanup(func() { c.stop(1) })
+	for id := uint64(1); id <= 2; id++ {
+		if err := c.nodes[id].engine.CreateGroup(context.Background(), GroupDescriptor{GroupID: 3, Kind: "kv"}, []uint64{1, 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A leader and a commit: both nodes hold a stream into the other.
+	deadline := time.Now().Add(10 * time.Second)
+	for committed := false; !committed; {
+		if time.Now().After(deadline) {
+			t.Fatal("no commit")
+		}
+		for _, n := range c.nodes {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := n.engine.Propose(ctx, 3, setCmd("k", "v"))
+			cancel()
+			committed = committed || err == nil
+		}
+	}
+	n := c.nodes[2]
+	n.engine.Stop()
+	_ = n.tr.Close()
+	stopped := make(chan struct{})
+	began := time.Now()
+	go func() { n.srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Logf("graceful stop took %v", time.Since(began))
+	case <-time.After(5 * time.Second):
+		n.srv.Stop()
+		<-stopped
+		t.Fatal("the graceful stop of a node whose transport closed still waited for its peer's stream after 5 s")
+	}
+	_ = n.store.Close()
+	delete(c.nodes, 2)
+}

@@ -307,9 +307,9 @@ func (n *Node) Addr() string { return n.env.AdvertiseAddr }
 func (n *Node) HTTPAddr() string { return n.httpLis.Addr().String() }
 
 // Shutdown stops the node: /healthz turns unhealthy; modules stop in
-// reverse order; the gRPC server drains (at most half of what is left of
-// ctx, since peers' long-lived streams never end by themselves) and then
-// stops, waiting for running handlers; the HTTP server stops; outgoing
+// reverse order (one slow to stop is logged); the gRPC server drains (at
+// most grpcDrainMax, and half of what is left of ctx) and then stops,
+// waiting for running handlers; the HTTP server stops; outgoing
 // connections close; the DB closes; the pid file is removed and the data
 // directory unlocked. It is safe to call more than once; later calls
 // return the first call's result.
@@ -318,6 +318,18 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	return n.shutdownErr
 }
 
+// grpcDrainMax bounds the wait for running calls at stop before they are
+// cut off. Every call has a deadline of its own and the raft transport's
+// streams end when the engine stops (its transport closes them), so a
+// call still running after this is stuck, and a node stopping with its
+// peers must not wait for them.
+const grpcDrainMax = 3 * time.Second
+
+// slowModuleStop is how long a module's Stop may take before the node
+// logs it: a graceful stop must end within a few seconds, and the log
+// says which module held it up.
+const slowModuleStop = 500 * time.Millisecond
+
 func (n *Node) shutdown(ctx context.Context) error {
 	var errs []error
 	if n.env != nil {
@@ -325,14 +337,18 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 	for i := len(n.modules) - 1; i >= 0; i-- {
 		n.gate.setRunning(n.modules[i].Name(), false)
+		began := time.Now()
 		if err := n.modules[i].Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop %s: %w", n.modules[i].Name(), err))
 		}
+		if took := time.Since(began); took > slowModuleStop {
+			n.logger.Info("a module was slow to stop", "module", n.modules[i].Name(), "took", took.Round(time.Millisecond))
+		}
 	}
 	if n.grpcServer != nil {
-		drainFor := time.Second
+		drainFor := grpcDrainMax
 		if dl, ok := ctx.Deadline(); ok {
-			drainFor = time.Until(dl) / 2
+			drainFor = min(drainFor, time.Until(dl)/2)
 		}
 		drained := make(chan struct{})
 		go func() { n.grpcServer.GracefulStop(); close(drained) }()
