@@ -175,5 +175,10 @@
 // A caller whose certificate names tenant T may name only pages and blocks
 // owned by security.ExtentTenant(T) (issue 15; FSS §3): the owner tag of
 // every pointer it sends, and of every block it allocates, is checked
-// against its authenticated tenant before the request runs (tenancy.go).
+// against its authenticated tenant before the request runs; a transaction
+// step that names only a transaction id, and a query of one, is checked
+// by the extent's leader against the part the transaction's record holds
+// (a follower does not forward it for a tenant); and no answer shows T
+// another owner's transaction or block ownership (tenancy.go lists the
+// rules and why an id-only fence stays open).
 package extent

@@ -118,7 +118,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 
 // Register registers the Extent service.
 // Every method checks the tenancy of the pages it names (tenancy.go).
-func (n *Node) Register(s grpc.ServiceRegistrar) { s.RegisterService(serviceDesc(), n.server) }
+func (n *Node) Register(s grpc.ServiceRegistrar) { s.RegisterService(n.server.serviceDesc(), n.server) }
 
 // Client is the node's own client.
 func (n *Node) Client() *Client { return n.client }

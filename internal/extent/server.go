@@ -13,6 +13,7 @@ import (
 
 	pb "github.com/arbor-storage/arbor/internal/extent/extentpb"
 	"github.com/arbor-storage/arbor/internal/raftengine"
+	"github.com/arbor-storage/arbor/internal/security"
 )
 
 // Engine is what the extent service needs of the replication engine
@@ -291,7 +292,9 @@ func (s *Server) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResp
 }
 
 // TxnStep implements pb.ExtentServer: one state transition of a
-// cross-extent transaction (FSS §6), one raft entry.
+// cross-extent transaction (FSS §6), one raft entry. A tenant's step that
+// names only the transaction's id is checked against its record here, at
+// the leader, and never forwarded (tenancy.go, rule 2).
 func (s *Server) TxnStep(ctx context.Context, req *pb.TxnStepRequest) (*pb.TxnStepResponse, error) {
 	cmd := &pb.Command{RequestId: req.RequestId}
 	txn := &pb.TxnCmd{TxnId: req.TxnId, ExpiryUnixMs: req.ExpiryUnixMs}
@@ -312,16 +315,26 @@ func (s *Server) TxnStep(ctx context.Context, req *pb.TxnStepRequest) (*pb.TxnSt
 	default:
 		return nil, statusError(&pb.Error{Code: pb.Code_CODE_INVALID_ARGUMENT, ExtentId: req.ExtentId, Message: fmt.Sprintf("step kind %v", req.Kind)})
 	}
-	_, leader, err := s.route(req.ExtentId, req.Forwarded)
+	sm, leader, err := s.route(req.ExtentId, req.Forwarded)
 	if err != nil {
 		return nil, err
 	}
+	tenant, isTenant := security.CallerTenant(ctx)
+	checkRecord := isTenant && stepNamesOnlyID(req.Kind)
 	if leader != 0 {
+		if checkRecord {
+			return nil, s.tenantNotForwarded(req.ExtentId, leader, "transaction step")
+		}
 		return forward(ctx, s, req.ExtentId, leader, true, func(ctx context.Context, cl pb.ExtentClient) (*pb.TxnStepResponse, error) {
 			fwd := proto.CloneOf(req)
 			fwd.Forwarded = true
 			return cl.TxnStep(ctx, fwd)
 		})
+	}
+	if checkRecord {
+		if err := s.checkTenantTxn(ctx, sm, req.ExtentId, req.TxnId, tenant); err != nil {
+			return nil, err
+		}
 	}
 	s.stats.steps.Add(1)
 	res, err := s.propose(ctx, req.ExtentId, cmd)
@@ -332,20 +345,31 @@ func (s *Server) TxnStep(ctx context.Context, req *pb.TxnStepRequest) (*pb.TxnSt
 }
 
 // QueryTxn implements pb.ExtentServer: a linearizable read of a
-// transaction's record.
+// transaction's record (its summary). A tenant's is checked against the
+// whole record here, at the leader, and never forwarded (tenancy.go,
+// rule 2).
 func (s *Server) QueryTxn(ctx context.Context, req *pb.QueryTxnRequest) (*pb.QueryTxnResponse, error) {
 	sm, leader, err := s.route(req.ExtentId, req.Forwarded)
 	if err != nil {
 		return nil, err
 	}
+	tenant, isTenant := security.CallerTenant(ctx)
 	if leader != 0 {
+		if isTenant {
+			return nil, s.tenantNotForwarded(req.ExtentId, leader, "transaction query")
+		}
 		return forward(ctx, s, req.ExtentId, leader, false, func(ctx context.Context, cl pb.ExtentClient) (*pb.QueryTxnResponse, error) {
 			fwd := proto.CloneOf(req)
 			fwd.Forwarded = true
 			return cl.QueryTxn(ctx, fwd)
 		})
 	}
-	if err := s.linearize(ctx, req.ExtentId); err != nil {
+	if isTenant {
+		// Linearizes too.
+		if err := s.checkTenantTxn(ctx, sm, req.ExtentId, req.TxnId, tenant); err != nil {
+			return nil, err
+		}
+	} else if err := s.linearize(ctx, req.ExtentId); err != nil {
 		return nil, err
 	}
 	rec, err := sm.QueryTxn(req.TxnId)

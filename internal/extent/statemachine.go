@@ -387,6 +387,19 @@ func (sm *StateMachine) QueryTxn(id uint64) (*pb.TxnRecord, error) {
 	return summary(out), nil
 }
 
+// record returns this replica's whole record of transaction id, its part
+// included (nil if there is none): what the server checks a tenant's
+// steps and answers against (tenancy.go). Replies carry summaries only.
+func (sm *StateMachine) record(id uint64) (*pb.TxnRecord, error) {
+	var out *pb.TxnRecord
+	err := sm.view(func(r raftengine.Reader) error {
+		rec, err := getRecord(r, id)
+		out = rec
+		return err
+	})
+	return out, err
+}
+
 // FreeBlocks lists up to limit free blocks, those nearest to the block of
 // nearPage first (ties: lower first), probing at most maxFreeBlockProbes
 // blocks. A block held by a prepared allocation is not free.

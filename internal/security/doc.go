@@ -54,7 +54,11 @@
 //     record), the tractservers the owner of the blob (its metadata), the
 //     extent servers the owner tag of every page and block, which for a
 //     tenant must be ExtentTenant of its name (FSS §3), the directory the
-//     tenant's own file systems, tables and configuration keys. Anything
-//     else is refused with PermissionDenied and runs nothing. Nodes and
-//     administrators reach every tenant's data.
+//     tenant's own file systems, tables and configuration keys (the extent
+//     servers check a transaction that a step or query names only by id
+//     against the part its record holds, in the handler, at the leader).
+//     Anything else is refused with PermissionDenied and runs nothing;
+//     FilterError drops other tenants' identities from refusals (an
+//     extent page's prepared holder). Nodes and administrators reach
+//     every tenant's data.
 package security

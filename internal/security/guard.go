@@ -13,10 +13,13 @@ import (
 // tenancy of the data a request names (which tenant's file system, blob or
 // pages). Check runs before the handler and refuses by returning an error
 // (PermissionDenied); Filter, if set, may change or refuse the handler's
-// answer (drop what is another tenant's).
+// answer (drop what is another tenant's); FilterError, if set, may change
+// the handler's error (drop another tenant's identities from a refusal's
+// details).
 type Guard struct {
-	Check  func(ctx context.Context, method string, req any) error
-	Filter func(ctx context.Context, method string, resp any) (any, error)
+	Check       func(ctx context.Context, method string, req any) error
+	Filter      func(ctx context.Context, method string, resp any) (any, error)
+	FilterError func(ctx context.Context, method string, err error) error
 }
 
 // GuardService returns a copy of desc whose every unary method runs g
@@ -35,6 +38,9 @@ func GuardService(desc *grpc.ServiceDesc, g Guard) *grpc.ServiceDesc {
 					return nil, err
 				}
 				resp, err := handler(ctx, req)
+				if err != nil && g.FilterError != nil {
+					return resp, g.FilterError(ctx, info.FullMethod, err)
+				}
 				if err != nil || g.Filter == nil {
 					return resp, err
 				}
