@@ -42,7 +42,9 @@ func (f *FS) opNow(ctx context.Context) time.Time {
 }
 
 // Want is what a replayed create must give: the first run's handle and,
-// for a regular file, its blob.
+// for a regular file, its blob, which must be one of the file system's
+// own (its number in the GUID's first 8 bytes, as newGUID makes them):
+// any other is refused with EINVAL.
 type Want struct {
 	Handle Handle
 	Blob   GUID

@@ -493,6 +493,12 @@ func newGUID(f uint64) GUID {
 	return g
 }
 
+// ownsGUID reports whether g is a blob id newGUID could give this file
+// system: its number in the first 8 bytes.
+func (f *FS) ownsGUID(g GUID) bool {
+	return binary.BigEndian.Uint64(g[:8]) == f.cfg.Number
+}
+
 // Attr is what stat(2) shows of an object.
 type Attr struct {
 	Handle Handle

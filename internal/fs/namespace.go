@@ -320,6 +320,11 @@ func (f *FS) mknode(ctx context.Context, dir Handle, name string, obj newObject)
 	if err := checkNewName(name); err != nil {
 		return Attr{}, err
 	}
+	if want, replay := wantOf(ctx); replay && !want.Blob.IsZero() && !f.ownsGUID(want.Blob) {
+		// A replayed create names the blob its first run was given: one
+		// of this file system's (newGUID), never another's data.
+		return Attr{}, errf(syscall.EINVAL, "replayed create of %q: blob %v is not a blob of file system %d", name, want.Blob, f.cfg.Number)
+	}
 	var a Attr
 	err := f.update(ctx, func(w *wtx) error {
 		k := f.keys
@@ -375,7 +380,7 @@ func (f *FS) mknode(ctx context.Context, dir Handle, name string, obj newObject)
 		case sIFREG:
 			n.Blob = newGUID(f.cfg.Number)
 			if replay && !want.Blob.IsZero() {
-				n.Blob = want.Blob
+				n.Blob = want.Blob // checked before the transaction
 			}
 		case sIFLNK:
 			n.Size = uint64(len(obj.target))

@@ -177,8 +177,10 @@
 //     is unknown after a restart, or it does not answer), oldest first, to
 //     the owner of each operation's table now, with the first run's
 //     request id (exactly once: reply records), time and, for a create,
-//     handle and blob. Then it sends SyncOpens for each table it replayed
-//     to, which lifts its gate for the session.
+//     handle and blob (fs takes only a blob of the file system's own, its
+//     number in the GUID's first 8 bytes: EINVAL otherwise, so no replay
+//     makes another's blob a file's data). Then it sends SyncOpens for
+//     each table it replayed to, which lifts its gate for the session.
 //   - A table taken over without a clean handover (its owner died, its
 //     lease lapsed) is gated: nobody but replays is served until every
 //     live session has synced with the new owner (each does within a
