@@ -16,6 +16,7 @@ import (
 	"github.com/arbor-storage/arbor/internal/fs"
 	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
 	"github.com/arbor-storage/arbor/internal/retry"
+	"github.com/arbor-storage/arbor/internal/security"
 )
 
 // Administration of file systems, snapshots and tables. Any metadata
@@ -175,7 +176,8 @@ func (s *Server) createFileSystem(ctx context.Context, name, layout, tenant stri
 
 // DeleteFileSystem deletes a file system: its tables leave the delegation
 // map (their owners stop serving them within a lease), then every key and
-// blob of it goes, then its directory record.
+// blob of it goes, then its directory record. A tenant's is refused unless
+// the record it looked up, whose number it deletes, is the tenant's.
 func (s *Server) DeleteFileSystem(ctx context.Context, req *pb.DeleteFileSystemRequest) (*pb.DeleteFileSystemResponse, error) {
 	if !s.ready() {
 		return &pb.DeleteFileSystemResponse{Error: errorToPB(errNotReady)}, nil
@@ -183,6 +185,13 @@ func (s *Server) DeleteFileSystem(ctx context.Context, req *pb.DeleteFileSystemR
 	rec, err := s.cfg.Directory.GetFileSystem(ctx, &dpb.GetFileSystemRequest{Name: req.GetName()})
 	if err != nil {
 		return &pb.DeleteFileSystemResponse{Error: errorToPB(fmt.Errorf("file system %q: %w", req.GetName(), directoryError(err)))}, nil
+	}
+	// The tenancy guard checked the name before this look-up, and the
+	// name may have changed hands since (deleted, then created by another
+	// tenant): the record checked is the record deleted, by its number,
+	// which is never reused.
+	if t, ok := security.CallerTenant(ctx); ok && rec.GetTenant() != t {
+		return nil, security.PermissionDenied("file system %q is not tenant %q's", req.GetName(), t)
 	}
 	f := rec.GetNumber()
 	j := s.jobs.start(req.GetJob())

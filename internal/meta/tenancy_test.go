@@ -9,12 +9,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/arbor-storage/arbor/internal/directory"
 	dpb "github.com/arbor-storage/arbor/internal/directory/directorypb"
 	"github.com/arbor-storage/arbor/internal/fs"
+	pb "github.com/arbor-storage/arbor/internal/meta/metapb"
 	"github.com/arbor-storage/arbor/internal/security"
 )
 
@@ -163,5 +166,38 @@ func TestTenantsReachOnlyTheirFileSystems(t *testing.T) {
 	}
 	if _, err := b.FileSystem(g, 0, 14).GetAttr(ctx, fs.RootHandle); err != nil {
 		t.Errorf("b reaches its own bfs: %v", err)
+	}
+}
+
+// TestDeleteFileSystemChecksTheRecordItDeletes: the tenancy guard checks
+// a delete's name before the handler looks the file system up again; if
+// the name changed hands in between (deleted, then created by another
+// tenant), the handler must refuse rather than delete the other tenant's
+// file system (issue 15 review: check-then-act). The handler is called
+// as the guard would have let it run.
+func TestDeleteFileSystemChecksTheRecordItDeletes(t *testing.T) {
+	c := newTestCluster(t, 1, withTestIdentities)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a := c.clientAs(security.Tenant("a"))
+	f, _, err := a.CreateTenantFileSystem(ctx, "shared-name", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var srv *Server
+	for _, ts := range c.servers {
+		srv = ts.srv
+	}
+	asB := security.WithIdentity(ctx, security.Tenant("b"))
+	_, err = srv.DeleteFileSystem(asB, &pb.DeleteFileSystemRequest{Name: "shared-name"})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("b's delete of a's file system (past the guard): %v, want PermissionDenied", err)
+	}
+	if rec, err := c.dir.Client().GetFileSystem(ctx, &dpb.GetFileSystemRequest{Number: f}); err != nil || rec.GetTenant() != "a" {
+		t.Fatalf("a's file system after b's refused delete: %v, %v", rec, err)
+	}
+	resp, err := srv.DeleteFileSystem(security.WithIdentity(ctx, security.Tenant("a")), &pb.DeleteFileSystemRequest{Name: "shared-name"})
+	if err != nil || resp.GetError() != nil || resp.GetNumber() != f {
+		t.Fatalf("a deletes its file system: %v, %v", resp, err)
 	}
 }
