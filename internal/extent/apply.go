@@ -473,7 +473,13 @@ func (a *applier) prepare(c *pb.PrepareCmd) (*pb.CommandResult, error) {
 	}
 	if rec != nil {
 		// A repeat of this step changes nothing; anything else is too late.
-		if (rec.State == pb.TxnState_TXN_STATE_PREPARED && !c.Decide) || (rec.State == pb.TxnState_TXN_STATE_DECIDED && c.Decide) {
+		// A prepare-and-decide repeated after recovery released the
+		// decision (a COMMITTED tombstone: only this transaction's own
+		// prepare-and-decide can have decided it here) is a repeat too:
+		// refusing it told a coordinator whose first reply was lost that
+		// a committed transaction had aborted.
+		decided := rec.State == pb.TxnState_TXN_STATE_DECIDED || rec.State == pb.TxnState_TXN_STATE_COMMITTED
+		if (rec.State == pb.TxnState_TXN_STATE_PREPARED && !c.Decide) || (decided && c.Decide) {
 			return &pb.CommandResult{Code: pb.Code_CODE_OK, Record: summary(rec), Results: rec.Reserved}, nil
 		}
 		return &pb.CommandResult{Code: pb.Code_CODE_ABORTED, Message: fmt.Sprintf("transaction %016x is already %v here", c.TxnId, rec.State), Record: summary(rec)}, nil

@@ -346,6 +346,18 @@ func invoke[Resp interface{ GetLeaderId() uint64 }](ctx context.Context, c *Clie
 	call func(context.Context, pb.ExtentClient) (Resp, error)) (Resp, error) {
 	var zero Resp
 	start := time.Now()
+	// unknown is the first attempt whose outcome is unknown. A later
+	// attempt that fails without reaching a state machine (no leader, a
+	// refused connection: ErrUnavailable) says nothing about it, so the
+	// call's outcome stays unknown: answering "unavailable" there told a
+	// coordinator that a prepare-and-decide which had committed had not.
+	var unknown error
+	fail := func(err error) (Resp, error) {
+		if unknown != nil && errors.Is(err, ErrUnavailable) {
+			return zero, newError(ErrAmbiguous, op, id, "%v, after an attempt with an unknown outcome (%v)", err, unknown)
+		}
+		return zero, err
+	}
 	for attempt := 0; ; attempt++ {
 		node, cl, err := c.route(ctx, id)
 		if err == nil {
@@ -360,14 +372,17 @@ func invoke[Resp interface{ GetLeaderId() uint64 }](ctx context.Context, c *Clie
 			c.learn(id, node, 0, err)
 			err = rpcError(op, id, err, write)
 		}
+		if unknown == nil && errors.Is(err, ErrAmbiguous) {
+			unknown = err
+		}
 		retry := errors.Is(err, ErrUnavailable) ||
 			(idempotent && errors.Is(err, ErrAmbiguous) && time.Since(start) < ambiguousRetryWindow)
 		if !retry || ctx.Err() != nil {
-			return zero, err
+			return fail(err)
 		}
 		c.retries.Add(1)
 		if policy.Sleep(ctx, policy.Failover.Delay(attempt)) != nil {
-			return zero, err
+			return fail(err)
 		}
 	}
 }

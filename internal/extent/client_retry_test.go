@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/arbor-storage/arbor/internal/extent/extentpb"
 	"github.com/arbor-storage/arbor/internal/faults"
 )
 
@@ -98,4 +102,39 @@ func TestLostRepliesAreResentAndRunOnce(t *testing.T) {
 		t.Fatalf("%d replies lost, %d repeats answered from memory: the test did not lose a reply", inj.Counts().RepliesLost, repeats)
 	}
 	t.Logf("%d requests and %d replies lost, %d retries, %d repeats answered from the extent's memory", inj.Counts().RequestsLost, inj.Counts().RepliesLost, cl.Retries(), repeats)
+}
+
+// TestUnknownOutcomeSurvivesLaterRefusals: a write whose first attempt
+// timed out (it may have committed) and whose retries then find no
+// leader until the deadline is ambiguous, not unavailable: the retries
+// say nothing about the first attempt. (The model check saw a 3-extent
+// transaction reported as not committed, and committed, this way.)
+func TestUnknownOutcomeSurvivesLaterRefusals(t *testing.T) {
+	c := newTestCluster(t, 3, 13)
+	ext := c.createExtent(smallGeometry(), 1, 2, 3)
+	cl := c.client(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	attempts := 0
+	_, err := invoke(ctx, cl, "commit", ext, true, true, func(context.Context, pb.ExtentClient) (*pb.CommitResponse, error) {
+		attempts++
+		if attempts == 1 {
+			return nil, status.Error(codes.DeadlineExceeded, "reply lost")
+		}
+		return nil, statusError(&pb.Error{Code: pb.Code_CODE_NOT_LEADER, ExtentId: ext, Message: "no leader"})
+	})
+	if !errors.Is(err, ErrAmbiguous) || attempts < 2 {
+		t.Fatalf("after %d attempts: %v; want ErrAmbiguous", attempts, err)
+	}
+	// Without the unknown first attempt, the refusal is what it says.
+	attempts = 0
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	_, err = invoke(ctx2, cl, "commit", ext, true, true, func(context.Context, pb.ExtentClient) (*pb.CommitResponse, error) {
+		attempts++
+		return nil, statusError(&pb.Error{Code: pb.Code_CODE_NOT_LEADER, ExtentId: ext, Message: "no leader"})
+	})
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("after %d attempts: %v; want ErrUnavailable", attempts, err)
+	}
 }

@@ -82,6 +82,7 @@ const (
 type modelOutput struct {
 	val pageVal // read
 	out outcome
+	err string // why a transfer failed, for the visualization
 }
 
 var accountsModel = porcupine.Model{
@@ -130,7 +131,7 @@ var accountsModel = porcupine.Model{
 		if in.read {
 			return fmt.Sprintf("g%d read p%d -> %v", in.group, in.pages[0], out.val)
 		}
-		return fmt.Sprintf("g%d transfer %v %v -> %v: %d", in.group, in.pages, in.expect, in.write, out.out)
+		return fmt.Sprintf("g%d transfer %v %v -> %v: %d %s", in.group, in.pages, in.expect, in.write, out.out, out.err)
 	},
 }
 
@@ -243,6 +244,10 @@ func (r *modelRun) transfer(ctx context.Context, cl *Client, crash *atomic.Int64
 	crash.Store(0)
 	ret := r.now()
 	op := porcupine.Operation{Input: in, Call: call, Return: ret}
+	errText := ""
+	if err != nil {
+		errText = err.Error()
+	}
 	switch {
 	case err == nil:
 		op.Output = modelOutput{out: outOK}
@@ -251,9 +256,9 @@ func (r *modelRun) transfer(ctx context.Context, cl *Client, crash *atomic.Int64
 		r.record(op, true)
 		return
 	case errors.Is(err, ErrConflict):
-		op.Output = modelOutput{out: outConflict}
+		op.Output = modelOutput{out: outConflict, err: errText}
 	case errors.Is(err, ErrPrepared), errors.Is(err, ErrAborted), errors.Is(err, ErrUnavailable):
-		op.Output = modelOutput{out: outNoEffect}
+		op.Output = modelOutput{out: outNoEffect, err: errText}
 	default:
 		r.t.Errorf("transfer %v of group %d: unexpected error %v", pages, g, err)
 		return

@@ -305,6 +305,15 @@ func TestTxnStepsOnReplicas(t *testing.T) {
 	if r := a.step(pb.StepKind_STEP_KIND_PREPARE, 77, 0, eb, exp, Check(pa, 0)); r.Code != pb.Code_CODE_ABORTED {
 		t.Fatalf("prepare of a finished transaction: %v", r.Code)
 	}
+	// The coordinator's prepare-and-decide, repeated after its reply was
+	// lost and recovery released the decision, learns it committed.
+	beforeB := b.kv.Dump()
+	if r := b.step(pb.StepKind_STEP_KIND_PREPARE_DECIDE, 77, ea, 0, exp, Write(pb_, 0, []byte("B"))); r.Code != pb.Code_CODE_OK || r.Record.State != pb.TxnState_TXN_STATE_COMMITTED {
+		t.Fatalf("repeated prepare-and-decide of a released transaction: %v %s %v", r.Code, r.Message, r.Record.GetState())
+	}
+	if b.kv.Dump() != beforeB {
+		t.Fatal("the repeated prepare-and-decide changed the state")
+	}
 	if a.kv.Dump() != before {
 		t.Fatal("repeated steps changed the state")
 	}

@@ -270,7 +270,8 @@ func (c *Client) abandon(ctx context.Context, id uint64, expiry int64, parts []p
 		upTo = k + 1
 	}
 	if upTo > 0 {
-		if aerr := c.abortBackward(ctx, id, expiry, parts[:upTo]); aerr != nil {
+		committed, aerr := c.abortBackward(ctx, id, expiry, parts[:upTo])
+		if aerr != nil {
 			// Prepares ran together: any of the parts may hold one, and a
 			// walk from a part that never prepared finds nothing.
 			c.background("abort", func(ctx context.Context) error {
@@ -283,6 +284,12 @@ func (c *Client) abandon(ctx context.Context, id uint64, expiry int64, parts []p
 				return errors.Join(errs...)
 			})
 		}
+		if committed {
+			// An extent says the transaction is decided: the failed step
+			// was not what it seemed. Only an unknown outcome is true to
+			// the caller (the results are not known).
+			return newError(ErrAmbiguous, "commit", parts[k].extent, "abandoned after %v, but %v", err, aerr)
+		}
 	}
 	if ambiguous {
 		return &Error{Kind: ErrAborted, Op: "commit", Extent: parts[k].extent,
@@ -291,17 +298,19 @@ func (c *Client) abandon(ctx context.Context, id uint64, expiry int64, parts []p
 	return err
 }
 
-func (c *Client) abortBackward(ctx context.Context, id uint64, expiry int64, parts []part) error {
+// abortBackward aborts parts, last first. committed reports that an
+// extent holds the transaction decided: it cannot be aborted.
+func (c *Client) abortBackward(ctx context.Context, id uint64, expiry int64, parts []part) (committed bool, err error) {
 	for k := len(parts) - 1; k >= 0; k-- {
 		resp, err := c.step(ctx, pb.StepKind_STEP_KIND_ABORT, parts[k].extent, id, 0, 0, expiry, nil)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if s := resp.Record.State; s == pb.TxnState_TXN_STATE_DECIDED || s == pb.TxnState_TXN_STATE_COMMITTED {
-			return newError(ErrAmbiguous, "abort", parts[k].extent, "transaction %016x is %v there: protocol violated", id, s)
+			return true, newError(ErrAmbiguous, "abort", parts[k].extent, "transaction %016x is %v there", id, s)
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // Recover finishes or aborts the cross-extent transaction ref names, from
