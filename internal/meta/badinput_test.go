@@ -618,6 +618,32 @@ func TestBadInput(t *testing.T) {
 				r, err := s1.Session(ctx, &pb.SessionRequest{Header: h})
 				return r.GetError(), err
 			}, wantInvalid},
+			{"a release of a file in another table", func(h *pb.Header) (*pb.Error, error) {
+				h = proto.Clone(h).(*pb.Header)
+				h.Releases = []*pb.Handle{fh, {D: cut, C: 5}} // the second table on server 1
+				r, err := s1.Lookup(ctx, &pb.LookupRequest{Header: h, Dir: root, Name: "file"})
+				return r.GetError(), err
+			}, wantNotOwner},
+			{"a release of a directory", func(h *pb.Header) (*pb.Error, error) {
+				h = proto.Clone(h).(*pb.Header)
+				h.Releases = []*pb.Handle{root}
+				r, err := s1.Lookup(ctx, &pb.LookupRequest{Header: h, Dir: root, Name: "file"})
+				return r.GetError(), err
+			}, wantInvalid},
+			{"too many releases", func(h *pb.Header) (*pb.Error, error) {
+				h = proto.Clone(h).(*pb.Header)
+				for range maxReleasesPerRequest + 1 {
+					h.Releases = append(h.Releases, fh)
+				}
+				r, err := s1.Lookup(ctx, &pb.LookupRequest{Header: h, Dir: root, Name: "file"})
+				return r.GetError(), err
+			}, wantInvalid},
+			{"releases with no session", func(h *pb.Header) (*pb.Error, error) {
+				h = proto.Clone(h).(*pb.Header)
+				h.Session, h.Releases = 0, []*pb.Handle{fh}
+				r, err := s1.Lookup(ctx, &pb.LookupRequest{Header: h, Dir: root, Name: "file"})
+				return r.GetError(), err
+			}, wantInvalid},
 			{"no header", func(*pb.Header) (*pb.Error, error) {
 				r, err := s1.Create(ctx, &pb.CreateRequest{Dir: root, Name: "new"})
 				return r.GetError(), err

@@ -126,7 +126,10 @@
 // session 0. Every ReclaimInterval each server reclaims the orphans of
 // expired sessions in its tables, and the owner of the table at id 0
 // drains the shared queues of blobs and tracts to free (F, 3 and F, 5),
-// so that one server does it.
+// so that one server does it. A session's releases (its last close of a
+// file) are not requests of their own: they ride on its next request to
+// the file's table, or go within 100 ms (releases.go); a late release
+// only delays a reclaim, and an open of the file takes a queued one back.
 //
 // # Early replies
 //

@@ -57,6 +57,10 @@ type FSClient struct {
 	// (journal.go); early says whether the session asks for early answers.
 	j     *journal
 	early bool
+	// rel holds the session's releases until a request carries them, or
+	// releaseDelay passes (releases.go).
+	rel          *releaseQueue
+	releaseDelay time.Duration
 	// dirs are directories' attributes as this session's last change in
 	// them left them (answers of creates, links, removes, renames), kept
 	// dirAttrFor: the kernel asks for a directory's attributes after each
@@ -143,9 +147,12 @@ func (c *Client) FileSystem(f, snap, session uint64) *FSClient {
 		seqs: make([]uint64, sessionSlots), opens: map[fs.Handle]bool{}, synced: map[uint64]uint64{}, sessionReady: make(chan struct{}), stop: make(chan struct{}),
 		early: !c.durable && snap == 0, dirs: map[fs.Handle]dirAttrs{}}
 	m.j = newJournal(m)
+	m.rel, m.releaseDelay = newReleaseQueue(), releaseDelay
 	for i := range sessionSlots {
 		m.slots <- uint64(i)
 	}
+	m.wg.Add(1)
+	go m.sendQueuedReleases()
 	if snap == 0 {
 		m.wg.Add(2)
 		go m.renewSession()
@@ -253,6 +260,9 @@ func (m *FSClient) Close(ctx context.Context) error {
 	m.stopOnce.Do(func() {
 		if m.snap == 0 {
 			err = m.j.sync(ctx)
+		}
+		if rerr := m.sendReleases(ctx); err == nil {
+			err = rerr
 		}
 		close(m.stop)
 		m.wg.Wait()
@@ -376,7 +386,13 @@ func (m *FSClient) send(ctx context.Context, d uint64, recorded bool, fn sendFun
 		if barrierErr != nil {
 			return nil, barrierErr
 		}
+		// The session's queued releases of this table ride along
+		// (releases.go); the header the journal keeps has none.
+		rels := m.rel.take(last.r)
+		h.Releases = handlesToPB(rels.hs)
 		e, a, err := fn(ctx, cl, h)
+		h.Releases = nil
+		m.rel.finish(rels, releasesDelivered(e, err))
 		ack = a
 		return e, err
 	})
@@ -759,6 +775,9 @@ func (m *FSClient) RemoveXattr(ctx context.Context, h fs.Handle, name string) er
 
 // Open implements fsclient.Metadata.
 func (m *FSClient) Open(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
+	if err := m.rel.cancel(ctx, hd); err != nil {
+		return fs.Attr{}, fmt.Errorf("%w: waiting for a release of %v to be answered: %w", syscall.EIO, hd, err)
+	}
 	mark := m.syncMark()
 	a, err := m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.Open(ctx, &pb.OpenRequest{Header: h, Handle: handleToPB(hd)})
@@ -769,9 +788,19 @@ func (m *FSClient) Open(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
 	return a, err
 }
 
-// Release implements fsclient.Metadata.
+// Release implements fsclient.Metadata: queued, it goes with the next
+// request to hd's table, or within releaseDelay (releases.go). A
+// directory needs none (opens are counted for regular files), nor does a
+// session without a number (it is told nothing of opens).
 func (m *FSClient) Release(ctx context.Context, hd fs.Handle) error {
 	m.opened(hd, false)
+	if hd.IsDir() {
+		return nil
+	}
+	if m.session != 0 {
+		m.rel.add(hd)
+		return nil
+	}
 	return m.call(ctx, hd.D, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.Error, error) {
 		resp, err := cl.Release(ctx, &pb.OpenRequest{Header: h, Handle: handleToPB(hd)})
 		return resp.GetError(), err

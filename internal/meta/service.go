@@ -51,6 +51,10 @@ func (s *Server) run(ctx context.Context, req request, fn, rebuild func(ctx cont
 	if !ok {
 		return errorToPB(fmt.Errorf("%w: directory %#x of file system %d", errNotOwner, req.d, h.GetFs())), nil
 	}
+	releases, err := releasesOf(st, t, h)
+	if err != nil {
+		return errorToPB(err), nil
+	}
 	engine, err := s.engine(ctx, st, h.GetSnapshot())
 	if err != nil {
 		return errorToPB(err), nil
@@ -70,6 +74,14 @@ func (s *Server) run(ctx context.Context, req request, fn, rebuild func(ctx cont
 		ctx = fs.WithReplay(ctx)
 	}
 	ctx = fs.WithOpTime(ctx, now)
+	// The session's releases first, past the table's gate as a Release
+	// would be, and before the reply record goes in ctx: a reclaim they
+	// start is no part of the request.
+	for _, rh := range releases {
+		if err := engine.Release(ctx, rh); err != nil {
+			s.log.Warn("a release carried by a request", "handle", rh, "session", h.GetSession(), "err", err)
+		}
+	}
 	st.stats.count(t.id, req.create)
 	var tag *replyTag
 	if req.recorded && h.GetSeq() != 0 && h.GetSnapshot() == 0 {
@@ -554,10 +566,48 @@ func (s *Server) Open(ctx context.Context, req *pb.OpenRequest) (*pb.AttrRespons
 // Release implements pb.MetaServer.
 func (s *Server) Release(ctx context.Context, req *pb.OpenRequest) (*pb.ErrorResponse, error) {
 	e, ack := s.run(ctx, request{hdr: req.GetHeader(), d: req.GetHandle().GetD()}, func(ctx context.Context, f *fs.FS) error {
-		return f.Release(ctx, handleFromPB(req.GetHandle()))
+		h := handleFromPB(req.GetHandle())
+		if carries(req.GetHeader(), h) {
+			return nil // released with the header's
+		}
+		return f.Release(ctx, h)
 	}, nil)
 	return &pb.ErrorResponse{Error: e, Ack: ack}, nil
 }
+
+// releasesOf returns the releases header h carries (Header.releases), each
+// of a file in table t: a session routes them by its delegation map, so
+// one filed in another table means that map is stale, and the request is
+// refused with NOT_OWNER before anything is recorded (the session sends
+// them again with its new map). A release must not be lost while the
+// session lives: the file would stay unreclaimed until it ends.
+func releasesOf(st *fsState, t table, h *pb.Header) ([]fs.Handle, error) {
+	n := len(h.GetReleases())
+	if n == 0 {
+		return nil, nil
+	}
+	if n > maxReleasesPerRequest {
+		return nil, invalidf("%d releases in one request (the bound is %d)", n, maxReleasesPerRequest)
+	}
+	if h.GetSession() == 0 {
+		return nil, invalidf("releases without a session")
+	}
+	out := make([]fs.Handle, n)
+	for i, x := range h.GetReleases() {
+		out[i] = handleFromPB(x)
+		if out[i].IsDir() {
+			return nil, invalidf("release of directory %v", out[i])
+		}
+		if rt, ok := st.st.serves(out[i].D); !ok || rt.id != t.id {
+			return nil, fmt.Errorf("%w: a release of %v is not in table %d", errNotOwner, out[i], t.id)
+		}
+	}
+	return out, nil
+}
+
+// maxReleasesPerRequest bounds the releases one request carries
+// (releases.go sends at most maxReleasesSent).
+const maxReleasesPerRequest = 1024
 
 // SyncOpens implements pb.MetaServer: a session tells the owner of a
 // table, at the epoch it found it at, which of its files it holds open

@@ -278,8 +278,14 @@ type Header struct {
 	// replay marks a request answered early before and sent again after
 	// its server lost it (a failover, an aborted commit): it passes a table's
 	// replay gate, and now_ns is the time it first ran at (its timestamps).
-	Replay        bool  `protobuf:"varint,7,opt,name=replay,proto3" json:"replay,omitempty"`
-	NowNs         int64 `protobuf:"varint,8,opt,name=now_ns,json=nowNs,proto3" json:"now_ns,omitempty"`
+	Replay bool  `protobuf:"varint,7,opt,name=replay,proto3" json:"replay,omitempty"`
+	NowNs  int64 `protobuf:"varint,8,opt,name=now_ns,json=nowNs,proto3" json:"now_ns,omitempty"`
+	// releases are files the session no longer holds open (its last close
+	// of each), in the table the request is routed to: the server records
+	// them before it runs the request, as a Release of each would
+	// (internal/meta releases.go). A server that does not serve one of them
+	// in that table answers NOT_OWNER and records none.
+	Releases      []*Handle `protobuf:"bytes,9,rep,name=releases,proto3" json:"releases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -368,6 +374,13 @@ func (x *Header) GetNowNs() int64 {
 		return x.NowNs
 	}
 	return 0
+}
+
+func (x *Header) GetReleases() []*Handle {
+	if x != nil {
+		return x.Releases
+	}
+	return nil
 }
 
 // Ack says how durable an answered mutation is. seq 0: durable when
@@ -4475,7 +4488,7 @@ var File_internal_meta_metapb_meta_proto protoreflect.FileDescriptor
 
 const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\n" +
-	"\x1finternal/meta/metapb/meta.proto\x12\rarbor.meta.v1\"\xb9\x01\n" +
+	"\x1finternal/meta/metapb/meta.proto\x12\rarbor.meta.v1\"\xec\x01\n" +
 	"\x06Header\x12\x0e\n" +
 	"\x02fs\x18\x01 \x01(\x04R\x02fs\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\x04R\bsnapshot\x12\x18\n" +
@@ -4484,7 +4497,8 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05early\x18\x06 \x01(\bR\x05early\x12\x16\n" +
 	"\x06replay\x18\a \x01(\bR\x06replay\x12\x15\n" +
-	"\x06now_ns\x18\b \x01(\x03R\x05nowNs\"\x8d\x01\n" +
+	"\x06now_ns\x18\b \x01(\x03R\x05nowNs\x121\n" +
+	"\breleases\x18\t \x03(\v2\x15.arbor.meta.v1.HandleR\breleases\"\x8d\x01\n" +
 	"\x03Ack\x12\x14\n" +
 	"\x05store\x18\x01 \x01(\x04R\x05store\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
@@ -4931,143 +4945,144 @@ var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(*TablesResponse)(nil),           // 62: arbor.meta.v1.TablesResponse
 }
 var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
-	6,   // 0: arbor.meta.v1.Attr.handle:type_name -> arbor.meta.v1.Handle
-	0,   // 1: arbor.meta.v1.Error.kind:type_name -> arbor.meta.v1.Error.Kind
-	9,   // 2: arbor.meta.v1.AttrResponse.error:type_name -> arbor.meta.v1.Error
-	8,   // 3: arbor.meta.v1.AttrResponse.attr:type_name -> arbor.meta.v1.Attr
-	5,   // 4: arbor.meta.v1.AttrResponse.ack:type_name -> arbor.meta.v1.Ack
-	8,   // 5: arbor.meta.v1.AttrResponse.dir:type_name -> arbor.meta.v1.Attr
-	9,   // 6: arbor.meta.v1.ErrorResponse.error:type_name -> arbor.meta.v1.Error
-	5,   // 7: arbor.meta.v1.ErrorResponse.ack:type_name -> arbor.meta.v1.Ack
-	8,   // 8: arbor.meta.v1.ErrorResponse.dir:type_name -> arbor.meta.v1.Attr
-	8,   // 9: arbor.meta.v1.ErrorResponse.dst_dir:type_name -> arbor.meta.v1.Attr
-	4,   // 10: arbor.meta.v1.LookupRequest.header:type_name -> arbor.meta.v1.Header
-	6,   // 11: arbor.meta.v1.LookupRequest.dir:type_name -> arbor.meta.v1.Handle
-	4,   // 12: arbor.meta.v1.GetAttrRequest.header:type_name -> arbor.meta.v1.Header
-	6,   // 13: arbor.meta.v1.GetAttrRequest.handle:type_name -> arbor.meta.v1.Handle
-	4,   // 14: arbor.meta.v1.SetAttrRequest.header:type_name -> arbor.meta.v1.Header
-	6,   // 15: arbor.meta.v1.SetAttrRequest.handle:type_name -> arbor.meta.v1.Handle
-	4,   // 16: arbor.meta.v1.CreateRequest.header:type_name -> arbor.meta.v1.Header
-	1,   // 17: arbor.meta.v1.CreateRequest.kind:type_name -> arbor.meta.v1.CreateRequest.Kind
-	6,   // 18: arbor.meta.v1.CreateRequest.dir:type_name -> arbor.meta.v1.Handle
-	7,   // 19: arbor.meta.v1.CreateRequest.cred:type_name -> arbor.meta.v1.Cred
-	6,   // 20: arbor.meta.v1.CreateRequest.want:type_name -> arbor.meta.v1.Handle
-	4,   // 21: arbor.meta.v1.ReadlinkRequest.header:type_name -> arbor.meta.v1.Header
-	6,   // 22: arbor.meta.v1.ReadlinkRequest.handle:type_name -> arbor.meta.v1.Handle
-	9,   // 23: arbor.meta.v1.ReadlinkResponse.error:type_name -> arbor.meta.v1.Error
-	4,   // 24: arbor.meta.v1.LinkRequest.header:type_name -> arbor.meta.v1.Header
-	6,   // 25: arbor.meta.v1.LinkRequest.handle:type_name -> arbor.meta.v1.Handle
-	6,   // 26: arbor.meta.v1.LinkRequest.dir:type_name -> arbor.meta.v1.Handle
-	4,   // 27: arbor.meta.v1.RemoveRequest.header:type_name -> arbor.meta.v1.Header
-	6,   // 28: arbor.meta.v1.RemoveRequest.dir:type_name -> arbor.meta.v1.Handle
-	4,   // 29: arbor.meta.v1.RenameRequest.header:type_name -> arbor.meta.v1.Header
-	6,   // 30: arbor.meta.v1.RenameRequest.src_dir:type_name -> arbor.meta.v1.Handle
-	6,   // 31: arbor.meta.v1.RenameRequest.dst_dir:type_name -> arbor.meta.v1.Handle
-	4,   // 32: arbor.meta.v1.ReadDirRequest.header:type_name -> arbor.meta.v1.Header
-	6,   // 33: arbor.meta.v1.ReadDirRequest.dir:type_name -> arbor.meta.v1.Handle
-	6,   // 34: arbor.meta.v1.DirEntry.handle:type_name -> arbor.meta.v1.Handle
-	8,   // 35: arbor.meta.v1.DirEntry.attr:type_name -> arbor.meta.v1.Attr
-	9,   // 36: arbor.meta.v1.ReadDirResponse.error:type_name -> arbor.meta.v1.Error
-	22,  // 37: arbor.meta.v1.ReadDirResponse.entries:type_name -> arbor.meta.v1.DirEntry
-	4,   // 38: arbor.meta.v1.XattrRequest.header:type_name -> arbor.meta.v1.Header
-	2,   // 39: arbor.meta.v1.XattrRequest.op:type_name -> arbor.meta.v1.XattrRequest.Op
-	6,   // 40: arbor.meta.v1.XattrRequest.handle:type_name -> arbor.meta.v1.Handle
-	9,   // 41: arbor.meta.v1.XattrResponse.error:type_name -> arbor.meta.v1.Error
-	5,   // 42: arbor.meta.v1.XattrResponse.ack:type_name -> arbor.meta.v1.Ack
-	4,   // 43: arbor.meta.v1.OpenRequest.header:type_name -> arbor.meta.v1.Header
-	6,   // 44: arbor.meta.v1.OpenRequest.handle:type_name -> arbor.meta.v1.Handle
-	4,   // 45: arbor.meta.v1.SyncOpensRequest.header:type_name -> arbor.meta.v1.Header
-	6,   // 46: arbor.meta.v1.SyncOpensRequest.handles:type_name -> arbor.meta.v1.Handle
-	4,   // 47: arbor.meta.v1.StatFSRequest.header:type_name -> arbor.meta.v1.Header
-	9,   // 48: arbor.meta.v1.StatFSResponse.error:type_name -> arbor.meta.v1.Error
-	4,   // 49: arbor.meta.v1.FileBlocksRequest.header:type_name -> arbor.meta.v1.Header
-	6,   // 50: arbor.meta.v1.FileBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
-	9,   // 51: arbor.meta.v1.FileBlocksResponse.error:type_name -> arbor.meta.v1.Error
-	30,  // 52: arbor.meta.v1.FileBlocksResponse.state:type_name -> arbor.meta.v1.FileState
-	31,  // 53: arbor.meta.v1.FileBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
-	31,  // 54: arbor.meta.v1.NewBlock.base:type_name -> arbor.meta.v1.BlockRef
-	4,   // 55: arbor.meta.v1.CommitBlocksRequest.header:type_name -> arbor.meta.v1.Header
-	6,   // 56: arbor.meta.v1.CommitBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
-	34,  // 57: arbor.meta.v1.CommitBlocksRequest.blocks:type_name -> arbor.meta.v1.NewBlock
-	14,  // 58: arbor.meta.v1.CommitBlocksRequest.attrs:type_name -> arbor.meta.v1.SetAttrRequest
-	9,   // 59: arbor.meta.v1.CommitBlocksResponse.error:type_name -> arbor.meta.v1.Error
-	31,  // 60: arbor.meta.v1.CommitBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
-	5,   // 61: arbor.meta.v1.CommitBlocksResponse.ack:type_name -> arbor.meta.v1.Ack
-	4,   // 62: arbor.meta.v1.SessionRequest.header:type_name -> arbor.meta.v1.Header
-	9,   // 63: arbor.meta.v1.FileSystemResponse.error:type_name -> arbor.meta.v1.Error
-	9,   // 64: arbor.meta.v1.DeleteFileSystemResponse.error:type_name -> arbor.meta.v1.Error
-	9,   // 65: arbor.meta.v1.CreateSnapshotResponse.error:type_name -> arbor.meta.v1.Error
-	9,   // 66: arbor.meta.v1.DeleteSnapshotResponse.error:type_name -> arbor.meta.v1.Error
-	9,   // 67: arbor.meta.v1.CheckResponse.error:type_name -> arbor.meta.v1.Error
-	9,   // 68: arbor.meta.v1.WaitSafeResponse.error:type_name -> arbor.meta.v1.Error
-	50,  // 69: arbor.meta.v1.WaitSafeResponse.lost:type_name -> arbor.meta.v1.SeqRange
-	48,  // 70: arbor.meta.v1.TableStatsResponse.tables:type_name -> arbor.meta.v1.TableStats
-	9,   // 71: arbor.meta.v1.MoveTableResponse.error:type_name -> arbor.meta.v1.Error
-	9,   // 72: arbor.meta.v1.SplitTableResponse.error:type_name -> arbor.meta.v1.Error
-	3,   // 73: arbor.meta.v1.TablesRequest.op:type_name -> arbor.meta.v1.TablesRequest.Op
-	61,  // 74: arbor.meta.v1.TablesRequest.tables:type_name -> arbor.meta.v1.TableAt
-	9,   // 75: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
-	12,  // 76: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
-	13,  // 77: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
-	14,  // 78: arbor.meta.v1.Meta.SetAttr:input_type -> arbor.meta.v1.SetAttrRequest
-	15,  // 79: arbor.meta.v1.Meta.Create:input_type -> arbor.meta.v1.CreateRequest
-	16,  // 80: arbor.meta.v1.Meta.Readlink:input_type -> arbor.meta.v1.ReadlinkRequest
-	18,  // 81: arbor.meta.v1.Meta.Link:input_type -> arbor.meta.v1.LinkRequest
-	19,  // 82: arbor.meta.v1.Meta.Remove:input_type -> arbor.meta.v1.RemoveRequest
-	20,  // 83: arbor.meta.v1.Meta.Rename:input_type -> arbor.meta.v1.RenameRequest
-	21,  // 84: arbor.meta.v1.Meta.ReadDir:input_type -> arbor.meta.v1.ReadDirRequest
-	24,  // 85: arbor.meta.v1.Meta.Xattr:input_type -> arbor.meta.v1.XattrRequest
-	26,  // 86: arbor.meta.v1.Meta.Open:input_type -> arbor.meta.v1.OpenRequest
-	26,  // 87: arbor.meta.v1.Meta.Release:input_type -> arbor.meta.v1.OpenRequest
-	27,  // 88: arbor.meta.v1.Meta.SyncOpens:input_type -> arbor.meta.v1.SyncOpensRequest
-	28,  // 89: arbor.meta.v1.Meta.StatFS:input_type -> arbor.meta.v1.StatFSRequest
-	32,  // 90: arbor.meta.v1.Meta.FileBlocks:input_type -> arbor.meta.v1.FileBlocksRequest
-	35,  // 91: arbor.meta.v1.Meta.CommitBlocks:input_type -> arbor.meta.v1.CommitBlocksRequest
-	37,  // 92: arbor.meta.v1.Meta.Session:input_type -> arbor.meta.v1.SessionRequest
-	49,  // 93: arbor.meta.v1.Meta.WaitSafe:input_type -> arbor.meta.v1.WaitSafeRequest
-	38,  // 94: arbor.meta.v1.Meta.CreateFileSystem:input_type -> arbor.meta.v1.CreateFileSystemRequest
-	40,  // 95: arbor.meta.v1.Meta.DeleteFileSystem:input_type -> arbor.meta.v1.DeleteFileSystemRequest
-	42,  // 96: arbor.meta.v1.Meta.CreateSnapshot:input_type -> arbor.meta.v1.CreateSnapshotRequest
-	44,  // 97: arbor.meta.v1.Meta.DeleteSnapshot:input_type -> arbor.meta.v1.DeleteSnapshotRequest
-	46,  // 98: arbor.meta.v1.Meta.Check:input_type -> arbor.meta.v1.CheckRequest
-	52,  // 99: arbor.meta.v1.Meta.TableStats:input_type -> arbor.meta.v1.TableStatsRequest
-	54,  // 100: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
-	56,  // 101: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
-	58,  // 102: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
-	59,  // 103: arbor.meta.v1.Meta.Progress:input_type -> arbor.meta.v1.ProgressRequest
-	10,  // 104: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
-	10,  // 105: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
-	10,  // 106: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
-	10,  // 107: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
-	17,  // 108: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
-	10,  // 109: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
-	11,  // 110: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
-	11,  // 111: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
-	23,  // 112: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
-	25,  // 113: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
-	10,  // 114: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
-	11,  // 115: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
-	11,  // 116: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
-	29,  // 117: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
-	33,  // 118: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
-	36,  // 119: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
-	11,  // 120: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
-	51,  // 121: arbor.meta.v1.Meta.WaitSafe:output_type -> arbor.meta.v1.WaitSafeResponse
-	39,  // 122: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
-	41,  // 123: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
-	43,  // 124: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
-	45,  // 125: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
-	47,  // 126: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
-	53,  // 127: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
-	55,  // 128: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
-	57,  // 129: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
-	62,  // 130: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
-	60,  // 131: arbor.meta.v1.Meta.Progress:output_type -> arbor.meta.v1.ProgressResponse
-	104, // [104:132] is the sub-list for method output_type
-	76,  // [76:104] is the sub-list for method input_type
-	76,  // [76:76] is the sub-list for extension type_name
-	76,  // [76:76] is the sub-list for extension extendee
-	0,   // [0:76] is the sub-list for field type_name
+	6,   // 0: arbor.meta.v1.Header.releases:type_name -> arbor.meta.v1.Handle
+	6,   // 1: arbor.meta.v1.Attr.handle:type_name -> arbor.meta.v1.Handle
+	0,   // 2: arbor.meta.v1.Error.kind:type_name -> arbor.meta.v1.Error.Kind
+	9,   // 3: arbor.meta.v1.AttrResponse.error:type_name -> arbor.meta.v1.Error
+	8,   // 4: arbor.meta.v1.AttrResponse.attr:type_name -> arbor.meta.v1.Attr
+	5,   // 5: arbor.meta.v1.AttrResponse.ack:type_name -> arbor.meta.v1.Ack
+	8,   // 6: arbor.meta.v1.AttrResponse.dir:type_name -> arbor.meta.v1.Attr
+	9,   // 7: arbor.meta.v1.ErrorResponse.error:type_name -> arbor.meta.v1.Error
+	5,   // 8: arbor.meta.v1.ErrorResponse.ack:type_name -> arbor.meta.v1.Ack
+	8,   // 9: arbor.meta.v1.ErrorResponse.dir:type_name -> arbor.meta.v1.Attr
+	8,   // 10: arbor.meta.v1.ErrorResponse.dst_dir:type_name -> arbor.meta.v1.Attr
+	4,   // 11: arbor.meta.v1.LookupRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 12: arbor.meta.v1.LookupRequest.dir:type_name -> arbor.meta.v1.Handle
+	4,   // 13: arbor.meta.v1.GetAttrRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 14: arbor.meta.v1.GetAttrRequest.handle:type_name -> arbor.meta.v1.Handle
+	4,   // 15: arbor.meta.v1.SetAttrRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 16: arbor.meta.v1.SetAttrRequest.handle:type_name -> arbor.meta.v1.Handle
+	4,   // 17: arbor.meta.v1.CreateRequest.header:type_name -> arbor.meta.v1.Header
+	1,   // 18: arbor.meta.v1.CreateRequest.kind:type_name -> arbor.meta.v1.CreateRequest.Kind
+	6,   // 19: arbor.meta.v1.CreateRequest.dir:type_name -> arbor.meta.v1.Handle
+	7,   // 20: arbor.meta.v1.CreateRequest.cred:type_name -> arbor.meta.v1.Cred
+	6,   // 21: arbor.meta.v1.CreateRequest.want:type_name -> arbor.meta.v1.Handle
+	4,   // 22: arbor.meta.v1.ReadlinkRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 23: arbor.meta.v1.ReadlinkRequest.handle:type_name -> arbor.meta.v1.Handle
+	9,   // 24: arbor.meta.v1.ReadlinkResponse.error:type_name -> arbor.meta.v1.Error
+	4,   // 25: arbor.meta.v1.LinkRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 26: arbor.meta.v1.LinkRequest.handle:type_name -> arbor.meta.v1.Handle
+	6,   // 27: arbor.meta.v1.LinkRequest.dir:type_name -> arbor.meta.v1.Handle
+	4,   // 28: arbor.meta.v1.RemoveRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 29: arbor.meta.v1.RemoveRequest.dir:type_name -> arbor.meta.v1.Handle
+	4,   // 30: arbor.meta.v1.RenameRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 31: arbor.meta.v1.RenameRequest.src_dir:type_name -> arbor.meta.v1.Handle
+	6,   // 32: arbor.meta.v1.RenameRequest.dst_dir:type_name -> arbor.meta.v1.Handle
+	4,   // 33: arbor.meta.v1.ReadDirRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 34: arbor.meta.v1.ReadDirRequest.dir:type_name -> arbor.meta.v1.Handle
+	6,   // 35: arbor.meta.v1.DirEntry.handle:type_name -> arbor.meta.v1.Handle
+	8,   // 36: arbor.meta.v1.DirEntry.attr:type_name -> arbor.meta.v1.Attr
+	9,   // 37: arbor.meta.v1.ReadDirResponse.error:type_name -> arbor.meta.v1.Error
+	22,  // 38: arbor.meta.v1.ReadDirResponse.entries:type_name -> arbor.meta.v1.DirEntry
+	4,   // 39: arbor.meta.v1.XattrRequest.header:type_name -> arbor.meta.v1.Header
+	2,   // 40: arbor.meta.v1.XattrRequest.op:type_name -> arbor.meta.v1.XattrRequest.Op
+	6,   // 41: arbor.meta.v1.XattrRequest.handle:type_name -> arbor.meta.v1.Handle
+	9,   // 42: arbor.meta.v1.XattrResponse.error:type_name -> arbor.meta.v1.Error
+	5,   // 43: arbor.meta.v1.XattrResponse.ack:type_name -> arbor.meta.v1.Ack
+	4,   // 44: arbor.meta.v1.OpenRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 45: arbor.meta.v1.OpenRequest.handle:type_name -> arbor.meta.v1.Handle
+	4,   // 46: arbor.meta.v1.SyncOpensRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 47: arbor.meta.v1.SyncOpensRequest.handles:type_name -> arbor.meta.v1.Handle
+	4,   // 48: arbor.meta.v1.StatFSRequest.header:type_name -> arbor.meta.v1.Header
+	9,   // 49: arbor.meta.v1.StatFSResponse.error:type_name -> arbor.meta.v1.Error
+	4,   // 50: arbor.meta.v1.FileBlocksRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 51: arbor.meta.v1.FileBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
+	9,   // 52: arbor.meta.v1.FileBlocksResponse.error:type_name -> arbor.meta.v1.Error
+	30,  // 53: arbor.meta.v1.FileBlocksResponse.state:type_name -> arbor.meta.v1.FileState
+	31,  // 54: arbor.meta.v1.FileBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
+	31,  // 55: arbor.meta.v1.NewBlock.base:type_name -> arbor.meta.v1.BlockRef
+	4,   // 56: arbor.meta.v1.CommitBlocksRequest.header:type_name -> arbor.meta.v1.Header
+	6,   // 57: arbor.meta.v1.CommitBlocksRequest.handle:type_name -> arbor.meta.v1.Handle
+	34,  // 58: arbor.meta.v1.CommitBlocksRequest.blocks:type_name -> arbor.meta.v1.NewBlock
+	14,  // 59: arbor.meta.v1.CommitBlocksRequest.attrs:type_name -> arbor.meta.v1.SetAttrRequest
+	9,   // 60: arbor.meta.v1.CommitBlocksResponse.error:type_name -> arbor.meta.v1.Error
+	31,  // 61: arbor.meta.v1.CommitBlocksResponse.blocks:type_name -> arbor.meta.v1.BlockRef
+	5,   // 62: arbor.meta.v1.CommitBlocksResponse.ack:type_name -> arbor.meta.v1.Ack
+	4,   // 63: arbor.meta.v1.SessionRequest.header:type_name -> arbor.meta.v1.Header
+	9,   // 64: arbor.meta.v1.FileSystemResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 65: arbor.meta.v1.DeleteFileSystemResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 66: arbor.meta.v1.CreateSnapshotResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 67: arbor.meta.v1.DeleteSnapshotResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 68: arbor.meta.v1.CheckResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 69: arbor.meta.v1.WaitSafeResponse.error:type_name -> arbor.meta.v1.Error
+	50,  // 70: arbor.meta.v1.WaitSafeResponse.lost:type_name -> arbor.meta.v1.SeqRange
+	48,  // 71: arbor.meta.v1.TableStatsResponse.tables:type_name -> arbor.meta.v1.TableStats
+	9,   // 72: arbor.meta.v1.MoveTableResponse.error:type_name -> arbor.meta.v1.Error
+	9,   // 73: arbor.meta.v1.SplitTableResponse.error:type_name -> arbor.meta.v1.Error
+	3,   // 74: arbor.meta.v1.TablesRequest.op:type_name -> arbor.meta.v1.TablesRequest.Op
+	61,  // 75: arbor.meta.v1.TablesRequest.tables:type_name -> arbor.meta.v1.TableAt
+	9,   // 76: arbor.meta.v1.TablesResponse.error:type_name -> arbor.meta.v1.Error
+	12,  // 77: arbor.meta.v1.Meta.Lookup:input_type -> arbor.meta.v1.LookupRequest
+	13,  // 78: arbor.meta.v1.Meta.GetAttr:input_type -> arbor.meta.v1.GetAttrRequest
+	14,  // 79: arbor.meta.v1.Meta.SetAttr:input_type -> arbor.meta.v1.SetAttrRequest
+	15,  // 80: arbor.meta.v1.Meta.Create:input_type -> arbor.meta.v1.CreateRequest
+	16,  // 81: arbor.meta.v1.Meta.Readlink:input_type -> arbor.meta.v1.ReadlinkRequest
+	18,  // 82: arbor.meta.v1.Meta.Link:input_type -> arbor.meta.v1.LinkRequest
+	19,  // 83: arbor.meta.v1.Meta.Remove:input_type -> arbor.meta.v1.RemoveRequest
+	20,  // 84: arbor.meta.v1.Meta.Rename:input_type -> arbor.meta.v1.RenameRequest
+	21,  // 85: arbor.meta.v1.Meta.ReadDir:input_type -> arbor.meta.v1.ReadDirRequest
+	24,  // 86: arbor.meta.v1.Meta.Xattr:input_type -> arbor.meta.v1.XattrRequest
+	26,  // 87: arbor.meta.v1.Meta.Open:input_type -> arbor.meta.v1.OpenRequest
+	26,  // 88: arbor.meta.v1.Meta.Release:input_type -> arbor.meta.v1.OpenRequest
+	27,  // 89: arbor.meta.v1.Meta.SyncOpens:input_type -> arbor.meta.v1.SyncOpensRequest
+	28,  // 90: arbor.meta.v1.Meta.StatFS:input_type -> arbor.meta.v1.StatFSRequest
+	32,  // 91: arbor.meta.v1.Meta.FileBlocks:input_type -> arbor.meta.v1.FileBlocksRequest
+	35,  // 92: arbor.meta.v1.Meta.CommitBlocks:input_type -> arbor.meta.v1.CommitBlocksRequest
+	37,  // 93: arbor.meta.v1.Meta.Session:input_type -> arbor.meta.v1.SessionRequest
+	49,  // 94: arbor.meta.v1.Meta.WaitSafe:input_type -> arbor.meta.v1.WaitSafeRequest
+	38,  // 95: arbor.meta.v1.Meta.CreateFileSystem:input_type -> arbor.meta.v1.CreateFileSystemRequest
+	40,  // 96: arbor.meta.v1.Meta.DeleteFileSystem:input_type -> arbor.meta.v1.DeleteFileSystemRequest
+	42,  // 97: arbor.meta.v1.Meta.CreateSnapshot:input_type -> arbor.meta.v1.CreateSnapshotRequest
+	44,  // 98: arbor.meta.v1.Meta.DeleteSnapshot:input_type -> arbor.meta.v1.DeleteSnapshotRequest
+	46,  // 99: arbor.meta.v1.Meta.Check:input_type -> arbor.meta.v1.CheckRequest
+	52,  // 100: arbor.meta.v1.Meta.TableStats:input_type -> arbor.meta.v1.TableStatsRequest
+	54,  // 101: arbor.meta.v1.Meta.MoveTable:input_type -> arbor.meta.v1.MoveTableRequest
+	56,  // 102: arbor.meta.v1.Meta.SplitTable:input_type -> arbor.meta.v1.SplitTableRequest
+	58,  // 103: arbor.meta.v1.Meta.Tables:input_type -> arbor.meta.v1.TablesRequest
+	59,  // 104: arbor.meta.v1.Meta.Progress:input_type -> arbor.meta.v1.ProgressRequest
+	10,  // 105: arbor.meta.v1.Meta.Lookup:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 106: arbor.meta.v1.Meta.GetAttr:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 107: arbor.meta.v1.Meta.SetAttr:output_type -> arbor.meta.v1.AttrResponse
+	10,  // 108: arbor.meta.v1.Meta.Create:output_type -> arbor.meta.v1.AttrResponse
+	17,  // 109: arbor.meta.v1.Meta.Readlink:output_type -> arbor.meta.v1.ReadlinkResponse
+	10,  // 110: arbor.meta.v1.Meta.Link:output_type -> arbor.meta.v1.AttrResponse
+	11,  // 111: arbor.meta.v1.Meta.Remove:output_type -> arbor.meta.v1.ErrorResponse
+	11,  // 112: arbor.meta.v1.Meta.Rename:output_type -> arbor.meta.v1.ErrorResponse
+	23,  // 113: arbor.meta.v1.Meta.ReadDir:output_type -> arbor.meta.v1.ReadDirResponse
+	25,  // 114: arbor.meta.v1.Meta.Xattr:output_type -> arbor.meta.v1.XattrResponse
+	10,  // 115: arbor.meta.v1.Meta.Open:output_type -> arbor.meta.v1.AttrResponse
+	11,  // 116: arbor.meta.v1.Meta.Release:output_type -> arbor.meta.v1.ErrorResponse
+	11,  // 117: arbor.meta.v1.Meta.SyncOpens:output_type -> arbor.meta.v1.ErrorResponse
+	29,  // 118: arbor.meta.v1.Meta.StatFS:output_type -> arbor.meta.v1.StatFSResponse
+	33,  // 119: arbor.meta.v1.Meta.FileBlocks:output_type -> arbor.meta.v1.FileBlocksResponse
+	36,  // 120: arbor.meta.v1.Meta.CommitBlocks:output_type -> arbor.meta.v1.CommitBlocksResponse
+	11,  // 121: arbor.meta.v1.Meta.Session:output_type -> arbor.meta.v1.ErrorResponse
+	51,  // 122: arbor.meta.v1.Meta.WaitSafe:output_type -> arbor.meta.v1.WaitSafeResponse
+	39,  // 123: arbor.meta.v1.Meta.CreateFileSystem:output_type -> arbor.meta.v1.FileSystemResponse
+	41,  // 124: arbor.meta.v1.Meta.DeleteFileSystem:output_type -> arbor.meta.v1.DeleteFileSystemResponse
+	43,  // 125: arbor.meta.v1.Meta.CreateSnapshot:output_type -> arbor.meta.v1.CreateSnapshotResponse
+	45,  // 126: arbor.meta.v1.Meta.DeleteSnapshot:output_type -> arbor.meta.v1.DeleteSnapshotResponse
+	47,  // 127: arbor.meta.v1.Meta.Check:output_type -> arbor.meta.v1.CheckResponse
+	53,  // 128: arbor.meta.v1.Meta.TableStats:output_type -> arbor.meta.v1.TableStatsResponse
+	55,  // 129: arbor.meta.v1.Meta.MoveTable:output_type -> arbor.meta.v1.MoveTableResponse
+	57,  // 130: arbor.meta.v1.Meta.SplitTable:output_type -> arbor.meta.v1.SplitTableResponse
+	62,  // 131: arbor.meta.v1.Meta.Tables:output_type -> arbor.meta.v1.TablesResponse
+	60,  // 132: arbor.meta.v1.Meta.Progress:output_type -> arbor.meta.v1.ProgressResponse
+	105, // [105:133] is the sub-list for method output_type
+	77,  // [77:105] is the sub-list for method input_type
+	77,  // [77:77] is the sub-list for extension type_name
+	77,  // [77:77] is the sub-list for extension extendee
+	0,   // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_internal_meta_metapb_meta_proto_init() }
