@@ -142,7 +142,8 @@
 // keeps every such operation in its journal (journal.go) until the store
 // says it is durable: every answer carries the store's durable entry, and
 // a poller long-polls WaitSafe while the journal holds the store's
-// entries. Only the first write transaction of an operation (the one with
+// entries (at most every 100 ms while nobody waits for durability: the
+// answers tell the rest). Only the first write transaction of an operation (the one with
 // its reply record) is answered early; later ones, and a transaction that
 // drew ids from the shared counters (a replay would draw others), wait for
 // durability, and so does everything that cannot be undone afterwards:

@@ -41,8 +41,10 @@ type journalStore struct {
 	id, node     uint64
 	durable, gen uint64
 	ops          []*unsafeOp // in seq order
-	polling      bool
-	failures     int
+	// genSeen is the largest abort count an answer of the store showed.
+	genSeen  uint64
+	polling  bool
+	failures int
 }
 
 // journal is a session's unsafe operations.
@@ -85,6 +87,15 @@ const (
 	safePollWait     = 2 * time.Second
 	replayTimeout    = 2 * time.Minute
 )
+
+// safePollPace is how long a poller waits between WaitSafe calls while
+// nobody waits for durability: every answer to the session's requests
+// carries its store's durable entry, so while the session is busy the
+// polls mostly repeat what the answers said (a WaitSafe per group commit,
+// a third of an untar's Meta calls per file). A barrier or sync (waiters),
+// a journal half full, or an answer that shows an abort (gen) ends the
+// wait at once; otherwise the journal only keeps its ops that much longer.
+const safePollPace = 100 * time.Millisecond
 
 func newJournal(m *FSClient) *journal {
 	j := &journal{m: m, stores: map[uint64]*journalStore{}}
@@ -142,6 +153,9 @@ func (j *journal) noteLocked(op *unsafeOp, node uint64, ack *pb.Ack) {
 	if st != nil && ack.GetStoreGen() == st.gen && ack.GetDurable() > st.durable {
 		st.durable = ack.GetDurable()
 		j.settleLocked(st, nil)
+	}
+	if st != nil {
+		st.genSeen = max(st.genSeen, ack.GetStoreGen()) // past gen: the poller asks what was lost
 	}
 }
 
@@ -263,6 +277,7 @@ func (j *journal) poll(st *journalStore) {
 			st.durable = max(st.durable, resp.GetDurable())
 			j.settleLocked(st, resp.GetLost())
 			j.collectLostLocked(st)
+			j.paceLocked(st)
 		default:
 			st.failures++
 			if st.failures >= safePollFailures {
@@ -276,6 +291,20 @@ func (j *journal) poll(st *journalStore) {
 		}
 		j.cond.Broadcast()
 		j.mu.Unlock()
+	}
+}
+
+// paceLocked waits up to safePollPace before st's next poll, unless
+// someone waits for durability, the journal is half full, st has no ops
+// left, or an answer showed that st aborted entries (st.genSeen).
+func (j *journal) paceLocked(st *journalStore) {
+	deadline := time.Now().Add(safePollPace)
+	for j.waiters == 0 && j.count < maxJournal/2 && len(st.ops) > 0 && st.genSeen <= st.gen && !j.m.stopped() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return
+		}
+		waitCond(context.Background(), j.cond, left)
 	}
 }
 
@@ -417,6 +446,7 @@ func (j *journal) barrier(ctx context.Context, node uint64, withLost bool) error
 		if !waiting {
 			waiting = true
 			j.waiters++
+			j.cond.Broadcast() // pollers pacing themselves ask now
 		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%w: waiting for %d operations answered early to be durable: %w", syscall.EIO, pending, err)
