@@ -331,3 +331,36 @@ func TestSlowDiskCheckDoesNotStallTicks(t *testing.T) {
 	}
 	release()
 }
+
+// TestBallastOnTheRealFileSystem: on the machine's file system the
+// ballast holds its space in disk blocks (fallocated, or written where
+// fallocate is missing) and has its full size, and a restart keeps it.
+func TestBallastOnTheRealFileSystem(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	const ballast = 4 << 20
+	st, err := OpenStoreWith(dir, StoreOptions{BallastBytes: ballast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Full() {
+		t.Skip("the temporary directory's file system has no room for a 4 MiB ballast")
+	}
+	fi, err := os.Stat(filepath.Join(dir, ballastName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys, ok := fi.Sys().(*syscall.Stat_t)
+	if fi.Size() != ballast || !ok || sys.Blocks*512 < ballast {
+		t.Fatalf("the ballast is %d bytes with %d bytes of blocks; want %d of each", fi.Size(), sys.Blocks*512, ballast)
+	}
+	st.Close()
+	st, err = OpenStoreWith(dir, StoreOptions{BallastBytes: ballast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	again, err := os.Stat(filepath.Join(dir, ballastName))
+	if err != nil || !os.SameFile(fi, again) || !again.ModTime().Equal(fi.ModTime()) {
+		t.Fatalf("the ballast was made again at the restart (%v)", err)
+	}
+}
