@@ -297,7 +297,7 @@ func (d *disk) rebuildShard(ctx context.Context, k tractKey, r uint32, row Row, 
 	if own != nil {
 		expect = own.Stamp
 	}
-	if _, err := d.putShard(k, int(r), row.Version, g.incarnation, desc, data, expect); err != nil {
+	if _, err := d.putShard(k, int(r), row.Version, g.incarnation, desc, data, expect, nil); err != nil {
 		return -1, err
 	}
 	d.svc.m.tractsRecovered.Add(1)
@@ -470,7 +470,7 @@ func (d *disk) repairShard(ctx context.Context, k tractKey, own *tpb.TractMeta) 
 	if err != nil {
 		return false, err
 	}
-	if _, err := d.putShard(k, ri, row.Version, g.incarnation, desc, data, own.Stamp); err != nil {
+	if _, err := d.putShard(k, ri, row.Version, g.incarnation, desc, data, own.Stamp, nil); err != nil {
 		if errors.Is(err, errShardChanged) {
 			return false, nil // rewritten meanwhile
 		}

@@ -87,7 +87,9 @@ func (d *disk) writeShard(ctx context.Context, req *tpb.WriteShardRequest) (*tpb
 			expect = req.Expect
 		}
 	}
-	stamp, err := d.putShard(k, ri, row.Version, req.Incarnation, req.Shard, req.Data, expect)
+	stamp, err := d.putShard(k, ri, row.Version, req.Incarnation, req.Shard, req.Data, expect, func(stored uint64) error {
+		return d.checkTenantLife(ctx, k, req.Incarnation, stored)
+	})
 	if errors.Is(err, errShardChanged) || errors.Is(err, errShardNewer) {
 		return nil, errorf(tpb.ErrorCode_REPLICA_FAILED, "tract %s: %v", k, err)
 	}
@@ -108,11 +110,18 @@ var errShardNewer = errors.New("a newer write of this stripe is held")
 
 // putShard stores a shard under the tract's lock with the next stamp. With
 // expect set (a rebuild), it installs only if the stored record still has
-// that stamp (or there is none and expect is the zero stamp).
-func (d *disk) putShard(k tractKey, ri int, version, incarnation uint64, s *tpb.Shard, data []byte, expect *tpb.Stamp) (*tpb.Stamp, error) {
+// that stamp (or there is none and expect is the zero stamp). checkLife,
+// if set, is asked under the lock about the life of the stored record (0:
+// none) and refuses by returning an error (a tenant's write: tenancy.go).
+func (d *disk) putShard(k tractKey, ri int, version, incarnation uint64, s *tpb.Shard, data []byte, expect *tpb.Stamp, checkLife func(stored uint64) error) (*tpb.Stamp, error) {
 	unlock := d.locks.lock(k)
 	defer unlock()
 	cur, ok := d.store.Get(k)
+	if checkLife != nil {
+		if err := checkLife(cur.GetIncarnation()); err != nil {
+			return nil, err
+		}
+	}
 	if expect != nil {
 		if ok != (expect.RowVersion != 0) || ok && !stampEqual(cur.Stamp, expect) {
 			return nil, errShardChanged

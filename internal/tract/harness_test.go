@@ -292,7 +292,7 @@ func (c *testCluster) startNode(n *testNode) {
 				return nil, err
 			}
 		}
-		return handler(ctx, req)
+		return handler(withTestIdentity(ctx), req)
 	}
 	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20), grpc.WaitForHandlers(true),
 		grpc.UnaryInterceptor(refuse))

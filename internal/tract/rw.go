@@ -75,6 +75,9 @@ func (d *disk) writeTract(ctx context.Context, req *tpb.WriteTractRequest) (*tpb
 	unlock := d.locks.lock(k)
 	defer unlock()
 	cur, _ := d.store.Get(k)
+	if err := d.checkTenantLife(ctx, k, req.Incarnation, cur.GetIncarnation()); err != nil {
+		return nil, err
+	}
 	stamp, err := nextStamp(cur, row.Version)
 	if err != nil {
 		return nil, err
@@ -400,6 +403,10 @@ func (d *disk) blobOp(ctx context.Context, req *tpb.BlobOpRequest) (*tpb.BlobOpR
 		WrittenUnixMs: now, Blob: nb}
 	if err := d.store.PutUnforwarded(k, m, nil); err != nil {
 		return nil, err
+	}
+	if nb.Deleted {
+		// This server refuses the dead life at once (tenancy.go).
+		d.svc.owners.forget(k.guid)
 	}
 	if err := d.forwardRecord(ctx, t, ri, row, k, m); err != nil {
 		d.markUnforwarded(k)

@@ -3,6 +3,7 @@ package tract
 import (
 	"context"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -17,15 +18,40 @@ import (
 // certificate names a tenant reaches only its own blobs: its blob
 // operations are checked by the blob's primary under the blob's lock
 // (blobOp), and its tract and shard reads and writes by the tractserver
-// that serves them, against the owner of the blob life the request names,
-// which it asks the primary of the blob's metadata row once and keeps
-// (blobOwners). ListBlobs shows a tenant its own blobs only. Refusals are
+// that serves them, against the owner of the blob life (incarnation) the
+// request names. Only the primary of the blob's metadata row knows that
+// life's fate, so the owner is asked of it (BlobMetas) and kept for at
+// most ownerCacheTTL (blobOwners); the primary that deletes a blob drops
+// what it kept of it at once, other servers may keep a deleted life for
+// the TTL. A life's incarnation is 64 random bits, drawn anew at each
+// create (newIncarnation), so a request naming a life never names another
+// life of the same GUID. What keeps a stale owner from doing harm:
+//
+//  1. A tenant's write of a tract or shard that finds, under the tract's
+//     lock, a stored version of another life of the blob is let through
+//     only if the life it names is the blob's current one and the
+//     tenant's, asked of the metadata row's primary afresh
+//     (checkTenantLife): so a tenant whose blob was deleted, and re-created
+//     by another tenant under the same GUID, can never replace what the
+//     new life wrote, whatever it kept.
+//  2. A write of a dead life into a tract the new life has not written
+//     yet is never read as the new life's (tract invariant 8: reads name
+//     their life), is replaced by the new life's first write of it, and
+//     is reclaimed by the scrubber; after ownerCacheTTL every server
+//     refuses the dead life outright.
+//
+// ListBlobs shows a tenant its own blobs only. Refusals are
 // PERMISSION_DENIED (codes.PermissionDenied) and run nothing. Nodes and
 // administrators reach every blob.
 
 // maxBlobOwners bounds the owners a tractserver keeps; past it, it
 // forgets them all (asking again costs one BlobMetas call per blob).
 const maxBlobOwners = 1 << 16
+
+// ownerCacheTTL bounds how long a tractserver trusts an owner it asked
+// for: after it, a deleted life is refused everywhere (rule 2). Asking
+// again costs one BlobMetas call per blob a tenant uses, per server.
+const ownerCacheTTL = 2 * time.Second
 
 // blobOwners caches the owner of the blob lives tenants named.
 type blobOwners struct {
@@ -36,6 +62,15 @@ type blobOwners struct {
 type blobOwner struct {
 	incarnation uint64
 	tenant      string
+	// asked is when the metadata row's primary said so.
+	asked time.Time
+}
+
+// forget drops what the cache keeps of blob g (its deletion).
+func (o *blobOwners) forget(g GUID) {
+	o.mu.Lock()
+	delete(o.m, g)
+	o.mu.Unlock()
 }
 
 func permissionDenied(format string, args ...any) *Error {
@@ -100,19 +135,27 @@ func (s *Service) ownBlob(ctx context.Context, diskIndex uint32, guid []byte, in
 }
 
 // blobOwner returns the tenant of life incarnation of blob g: the cached
-// one, or the blob's record from the primary of its metadata row. A blob
-// that does not exist, or whose current life is another, is refused.
+// one (asked within ownerCacheTTL), or the blob's record from the primary
+// of its metadata row. A blob that does not exist, or whose current life
+// is another, is refused.
 func (s *Service) blobOwner(ctx context.Context, d *disk, g GUID, incarnation uint64) (string, error) {
 	s.owners.mu.Lock()
 	o, ok := s.owners.m[g]
 	s.owners.mu.Unlock()
-	if ok && o.incarnation == incarnation {
+	if ok && o.incarnation == incarnation && s.cfg.Now().Sub(o.asked) < ownerCacheTTL {
 		return o.tenant, nil
 	}
+	return s.askBlobOwner(ctx, d, g, incarnation)
+}
+
+// askBlobOwner asks the primary of blob g's metadata row for the owner
+// of its life incarnation, and keeps the answer.
+func (s *Service) askBlobOwner(ctx context.Context, d *disk, g GUID, incarnation uint64) (string, error) {
 	t, err := s.currentTable()
 	if err != nil {
 		return "", err
 	}
+	asked := s.cfg.Now()
 	row := t.Rows[t.Locate(g, MetadataTract)]
 	results, err := d.blobMetas(ctx, row.Slots[0], []*tpb.BlobRef{{Guid: g[:], RowVersion: row.Version}})
 	if err != nil {
@@ -121,19 +164,42 @@ func (s *Service) blobOwner(ctx context.Context, d *disk, g GUID, incarnation ui
 	r := results[0]
 	switch {
 	case r.GetCode() == tpb.ErrorCode_BLOB_NOT_FOUND:
+		s.owners.forget(g)
 		return "", permissionDenied("no blob %s", g)
 	case r.GetCode() != tpb.ErrorCode_OK:
 		return "", errorf(r.GetCode(), "ask for the owner of blob %s: %s", g, r.GetMessage())
 	case r.GetMeta().GetIncarnation() != incarnation:
-		return "", permissionDenied("blob %s: life %d is not its current one", g, incarnation)
+		s.owners.forget(g)
+		return "", permissionDenied("blob %s: life %016x is not its current one", g, incarnation)
 	}
 	s.owners.mu.Lock()
 	if len(s.owners.m) >= maxBlobOwners || s.owners.m == nil {
 		s.owners.m = map[GUID]blobOwner{}
 	}
-	s.owners.m[g] = blobOwner{incarnation: incarnation, tenant: r.GetMeta().GetTenant()}
+	s.owners.m[g] = blobOwner{incarnation: incarnation, tenant: r.GetMeta().GetTenant(), asked: asked}
 	s.owners.mu.Unlock()
 	return r.GetMeta().GetTenant(), nil
+}
+
+// checkTenantLife is rule 1, under tract k's lock: a tenant's write of
+// life incarnation of k's blob, where this disk holds a version of k
+// written by life stored (0: none), goes on only if the two are the same
+// life, or if the primary of the blob's metadata row says now that the
+// life written is the blob's current one and the tenant's. Nodes' and
+// administrators' writes are not checked.
+func (d *disk) checkTenantLife(ctx context.Context, k tractKey, incarnation, stored uint64) error {
+	t, ok := security.CallerTenant(ctx)
+	if !ok || stored == 0 || stored == incarnation {
+		return nil
+	}
+	owner, err := d.svc.askBlobOwner(ctx, d, k.guid, incarnation)
+	if err != nil {
+		return err
+	}
+	if owner != t {
+		return permissionDenied("blob %s is not tenant %q's", k.guid, t)
+	}
+	return nil
 }
 
 // filterForTenant leaves other tenants' blobs out of a tenant's listing.
