@@ -3,6 +3,7 @@ package extent
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -169,18 +170,27 @@ func (a *applier) validate(elems []*pb.Element) *pb.CommandResult {
 			return refusal(pb.Code_CODE_INVALID_ARGUMENT, "element %d: %v", i, err)
 		}
 		switch op := e.Op.(type) {
-		case *pb.Element_Write, *pb.Element_Check:
+		case *pb.Element_Write, *pb.Element_WriteDelta, *pb.Element_Check:
 			var p Pointer
-			if w, ok := op.(*pb.Element_Write); ok {
+			switch w := op.(type) {
+			case *pb.Element_Write:
 				p = pointerFromProto(w.Write.Page)
 				if n := len(w.Write.Data); n > int(a.geo.PageSizeBytes) {
 					return refusal(pb.Code_CODE_INVALID_ARGUMENT, "element %d: %d bytes exceed the page size %d", i, n, a.geo.PageSizeBytes)
 				}
-				if p.ReadOnly {
-					return refusal(pb.Code_CODE_INVALID_ARGUMENT, "element %d: cannot write through read-only pointer %v", i, p)
+			case *pb.Element_WriteDelta:
+				p = pointerFromProto(w.WriteDelta.Page)
+				// A script longer than the page it builds is never worth
+				// sending (EncodeDelta sends at most half a page).
+				if n := max(uint64(w.WriteDelta.Length), uint64(len(w.WriteDelta.Script))); n > uint64(a.geo.PageSizeBytes) {
+					return refusal(pb.Code_CODE_INVALID_ARGUMENT, "element %d: page delta of %d bytes building %d exceeds the page size %d",
+						i, len(w.WriteDelta.Script), w.WriteDelta.Length, a.geo.PageSizeBytes)
 				}
-			} else {
-				p = pointerFromProto(op.(*pb.Element_Check).Check.Page)
+			case *pb.Element_Check:
+				p = pointerFromProto(w.Check.Page)
+			}
+			if _, isCheck := op.(*pb.Element_Check); !isCheck && p.ReadOnly {
+				return refusal(pb.Code_CODE_INVALID_ARGUMENT, "element %d: cannot write through read-only pointer %v", i, p)
 			}
 			if res := sm.checkPagePointer(p); res != nil {
 				return refusal(res.Code, "element %d: %s", i, res.Message)
@@ -244,16 +254,21 @@ func (a *applier) plan(elems []*pb.Element) ([]step, []*pb.ElementResult, uint64
 	for i, e := range elems {
 		results[i] = &pb.ElementResult{}
 		switch op := e.Op.(type) {
-		case *pb.Element_Write, *pb.Element_Check:
+		case *pb.Element_Write, *pb.Element_WriteDelta, *pb.Element_Check:
 			var p Pointer
 			var expected uint64
+			var delta *pb.DeltaWriteOp
 			s := step{kind: KindCheck}
-			if w, ok := op.(*pb.Element_Write); ok {
+			switch w := op.(type) {
+			case *pb.Element_Write:
 				p, expected = pointerFromProto(w.Write.Page), w.Write.ExpectedSlot
 				s.kind, s.data = KindWrite, w.Write.Data
-			} else {
-				c := op.(*pb.Element_Check).Check
-				p, expected = pointerFromProto(c.Page), c.ExpectedSlot
+			case *pb.Element_WriteDelta:
+				delta = w.WriteDelta
+				p, expected = pointerFromProto(delta.Page), delta.ExpectedSlot
+				s.kind = KindWrite // s.data: rebuilt below, once the slot is checked
+			case *pb.Element_Check:
+				p, expected = pointerFromProto(w.Check.Page), w.Check.ExpectedSlot
 			}
 			s.page = p.Page
 			b := a.geo.BlockOf(p.Page)
@@ -270,19 +285,31 @@ func (a *applier) plan(elems []*pb.Element) ([]step, []*pb.ElementResult, uint64
 				return nil, nil, 0, res, err
 			}
 			var slot uint64
+			var base []byte // the page's bytes at slot (an emptied block's: none)
 			if !cleared[b] {
 				v, err := getOptional(a.w, pageKey(p.Page))
 				if err != nil {
 					return nil, nil, 0, nil, err
 				}
 				if v != nil {
-					if slot, _, err = decodePage(v); err != nil {
+					if slot, base, err = decodePage(v); err != nil {
 						return nil, nil, 0, nil, err
 					}
 				}
 			}
 			if slot != expected {
 				return nil, nil, 0, refusal(pb.Code_CODE_CONFLICT, "element %d: page %d is at slot %d, not %d", i, p.Page, slot, expected), nil
+			}
+			if delta != nil {
+				// The slot is the writer's: base is the one page content
+				// it names (delta.go), so the script rebuilds what the
+				// writer meant, or the check below says it did not.
+				data, err := ApplyDelta(base, PageDelta{Script: delta.Script, Length: delta.Length, CRC: delta.Crc32C}, int(a.geo.PageSizeBytes))
+				if err != nil {
+					a.sm.stats.deltaMismatches.Add(1)
+					return nil, nil, 0, refusal(pb.Code_CODE_DELTA_MISMATCH, "element %d: page %d at slot %d: %v", i, p.Page, slot, err), nil
+				}
+				s.data = data
 			}
 			steps[i] = s
 		case *pb.Element_Allocate:
@@ -514,7 +541,7 @@ func (a *applier) prepare(c *pb.PrepareCmd) (*pb.CommandResult, error) {
 			}
 		}
 		rec.State = pb.TxnState_TXN_STATE_PREPARED
-		rec.Elements, rec.Reserved = c.Elements, results
+		rec.Elements, rec.Reserved = resolvedElements(c.Elements, steps), results
 		a.sm.stats.prepares.Add(1)
 	}
 	if err := a.putRecord(rec); err != nil {
@@ -525,8 +552,32 @@ func (a *applier) prepare(c *pb.PrepareCmd) (*pb.CommandResult, error) {
 	return &pb.CommandResult{Code: pb.Code_CODE_OK, Record: summary(rec), Results: results}, nil
 }
 
+// resolvedElements is a prepared part as its record keeps it: each page
+// delta replaced by the write of the page plan rebuilt from it. Decide
+// then applies what prepare checked, whatever happens to the base (which
+// cannot change anyway: prepare locks the page, and no write, free or
+// other transaction's prepare touches a locked page until the record is
+// decided or aborted; invariant 4). The raft entry carried the delta; the
+// record, a local write on each replica, carries the page.
+func resolvedElements(elems []*pb.Element, steps []step) []*pb.Element {
+	out, cloned := elems, false
+	for i, e := range elems {
+		d, ok := e.Op.(*pb.Element_WriteDelta)
+		if !ok {
+			continue
+		}
+		if !cloned {
+			out, cloned = slices.Clone(elems), true
+		}
+		out[i] = &pb.Element{Op: &pb.Element_Write{Write: &pb.WriteOp{
+			Page: d.WriteDelta.Page, ExpectedSlot: d.WriteDelta.ExpectedSlot, Data: steps[i].data}}}
+	}
+	return out
+}
+
 // recordSteps rebuilds the steps of a prepared part; its checks passed at
-// prepare and its locks have kept them true since.
+// prepare and its locks have kept them true since. A record holds no page
+// deltas (resolvedElements).
 func (a *applier) recordSteps(rec *pb.TxnRecord) []step {
 	steps := make([]step, len(rec.Elements))
 	for i, e := range rec.Elements {

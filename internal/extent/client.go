@@ -504,6 +504,9 @@ func splitParts(elems []Element) ([]part, error) {
 		if e.Kind == KindWrite && len(e.Data) > maxPageSizeBytes {
 			return nil, newError(ErrInvalid, "commit", id, "element %d: %d bytes exceed the largest page size %d", i, len(e.Data), maxPageSizeBytes)
 		}
+		if d := e.Delta; d != nil && (e.Kind != KindWrite || len(e.Data) != 0 || max(uint64(d.Length), uint64(len(d.Script))) > maxPageSizeBytes) {
+			return nil, newError(ErrInvalid, "commit", id, "element %d: a page delta must be a write without data, of at most %d bytes", i, maxPageSizeBytes)
+		}
 		p := byExtent[id]
 		if p == nil {
 			p = &part{extent: id}

@@ -63,6 +63,15 @@
 //		c.Recover(ctx, ref)                        // finish or abort it (FSS §6), then read again
 //	}
 //
+// A write may carry its page as an edit script against the page at the
+// slot it names instead of the full image (extent.WriteDelta, built by
+// EncodeDelta; delta.go says why a slot names exactly one base and how
+// the script is encoded): the replica rebuilds the page in plan, before
+// it writes anything, and refuses the whole MPSC with ErrDeltaMismatch
+// (an ErrInvalid) unless the rebuilt page has the length and CRC-32C the
+// writer gave; the writer then sends the full image. A cross-extent
+// prepare keeps the rebuilt page in its record, never the script.
+//
 // A Pointer is the tagged pointer of FSS §3 (extent, page, generation,
 // tenant, read-only bit); a block's pointer points at its first page and
 // ptr.WithPage(p) points at another page of the same block. Elements apply
@@ -154,6 +163,11 @@
 //     after the expiry, the outcome is final.
 //  6. The transaction record decoder (DecodeTxnRecord) accepts only
 //     well-formed records (checked per state); it is fuzzed.
+//  7. A page delta writes only the page its writer promised: it is
+//     applied to the page at the slot it names (one content: delta.go),
+//     and only if the result has the promised length and CRC-32C; else
+//     the MPSC is refused whole (ErrDeltaMismatch). Records hold rebuilt
+//     pages, never scripts. ApplyDelta is fuzzed (FuzzApplyDelta).
 //
 // # Placement (the extent manager)
 //

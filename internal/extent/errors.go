@@ -35,7 +35,9 @@ var (
 	// ErrNoSpace: the extent has no free block.
 	ErrNoSpace = errors.New("extent: no free block")
 	// ErrInvalid: malformed request (more than MaxElements elements, a page
-	// out of range, an oversize page, a page named twice...).
+	// out of range, an oversize page, a page named twice...). One of its
+	// cases has a kind of its own, ErrDeltaMismatch (delta.go): a page
+	// delta that did not rebuild the page it promised.
 	ErrInvalid = errors.New("extent: invalid request")
 	// ErrNotFound: no such extent.
 	ErrNotFound = errors.New("extent: no such extent")
@@ -105,6 +107,8 @@ func kindOf(c pb.Code) error {
 	switch c {
 	case pb.Code_CODE_INVALID_ARGUMENT:
 		return ErrInvalid
+	case pb.Code_CODE_DELTA_MISMATCH:
+		return ErrDeltaMismatch
 	case pb.Code_CODE_CONFLICT:
 		return ErrConflict
 	case pb.Code_CODE_STALE:
@@ -127,7 +131,7 @@ func grpcCode(c pb.Code) codes.Code {
 	switch c {
 	case pb.Code_CODE_OK:
 		return codes.OK
-	case pb.Code_CODE_INVALID_ARGUMENT:
+	case pb.Code_CODE_INVALID_ARGUMENT, pb.Code_CODE_DELTA_MISMATCH:
 		return codes.InvalidArgument
 	case pb.Code_CODE_CONFLICT, pb.Code_CODE_PREPARED, pb.Code_CODE_ABORTED:
 		return codes.Aborted

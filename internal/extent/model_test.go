@@ -230,6 +230,17 @@ func (r *modelRun) transfer(ctx context.Context, cl *Client, crash *atomic.Int64
 	elems := make([]Element, len(pages))
 	for i, p := range pages {
 		elems[i] = Write(r.ptr(g, p), slots[i], write[i].encode())
+		if rng.IntN(2) == 0 {
+			// Half the writes as page deltas against the page read (its
+			// encoding is canonical), so every commit path applies them:
+			// a delta the extent refused would be an unexpected error.
+			d, ok := encodeDelta(expect[i].encode(), write[i].encode(), maxPageSizeBytes)
+			if !ok {
+				r.t.Errorf("no delta between %v and %v", expect[i], write[i])
+				return
+			}
+			elems[i] = WriteDelta(r.ptr(g, p), slots[i], d)
+		}
 	}
 	extents := map[uint64]bool{}
 	for _, e := range elems {

@@ -139,6 +139,9 @@ type Element struct {
 	Ptr  Pointer
 	Slot uint64
 	Data []byte
+	// Delta, when set, is a write's new page as an edit script against the
+	// page at Slot, and Data is unused (WriteDelta).
+	Delta *PageDelta
 	// Allocate only.
 	Tenant   uint64
 	AnyBlock bool
@@ -149,6 +152,14 @@ type Element struct {
 // earlier in the same MPSC is written with slot 0.
 func Write(p Pointer, slot uint64, data []byte) Element {
 	return Element{Kind: KindWrite, Ptr: p, Slot: slot, Data: data}
+}
+
+// WriteDelta is Write with the new page given as an edit script against
+// the page's bytes at slot (EncodeDelta). The extent rebuilds the page and
+// refuses the MPSC with ErrDeltaMismatch, changing nothing, if it does not
+// come out as d promises; the writer then sends the full image.
+func WriteDelta(p Pointer, slot uint64, d PageDelta) Element {
+	return Element{Kind: KindWrite, Ptr: p, Slot: slot, Delta: &d}
 }
 
 // Check requires page p to still be at slot.
@@ -174,6 +185,10 @@ func (e Element) extentOf() uint64 { return e.Ptr.Extent }
 func (e Element) toProto() *pb.Element {
 	switch e.Kind {
 	case KindWrite:
+		if d := e.Delta; d != nil {
+			return &pb.Element{Op: &pb.Element_WriteDelta{WriteDelta: &pb.DeltaWriteOp{
+				Page: e.Ptr.toProto(), ExpectedSlot: e.Slot, Script: d.Script, Length: d.Length, Crc32C: d.CRC}}}
+		}
 		return &pb.Element{Op: &pb.Element_Write{Write: &pb.WriteOp{Page: e.Ptr.toProto(), ExpectedSlot: e.Slot, Data: e.Data}}}
 	case KindCheck:
 		return &pb.Element{Op: &pb.Element_Check{Check: &pb.CheckOp{Page: e.Ptr.toProto(), ExpectedSlot: e.Slot}}}

@@ -67,6 +67,9 @@ func checkTxnRecord(rec *pb.TxnRecord) error {
 			if err := checkElementShape(e); err != nil {
 				return fmt.Errorf("element %d: %w", i, err)
 			}
+			if _, ok := e.Op.(*pb.Element_WriteDelta); ok {
+				return fmt.Errorf("element %d: a page delta (records keep the rebuilt page)", i)
+			}
 			_, isAlloc := e.Op.(*pb.Element_Allocate)
 			if isAlloc != (rec.Reserved[i].GetBlock() != nil) {
 				return fmt.Errorf("element %d: reservation does not match the element", i)
@@ -97,6 +100,13 @@ func checkElementShape(e *pb.Element) error {
 		}
 		if len(op.Write.Data) > maxPageSizeBytes {
 			return fmt.Errorf("write of %d bytes exceeds the largest page size %d", len(op.Write.Data), maxPageSizeBytes)
+		}
+	case *pb.Element_WriteDelta:
+		if op.WriteDelta.Page == nil {
+			return fmt.Errorf("page delta without a page")
+		}
+		if n := max(uint64(op.WriteDelta.Length), uint64(len(op.WriteDelta.Script))); n > maxPageSizeBytes {
+			return fmt.Errorf("page delta of %d bytes building %d exceeds the largest page size %d", len(op.WriteDelta.Script), op.WriteDelta.Length, maxPageSizeBytes)
 		}
 	case *pb.Element_Check:
 		if op.Check.Page == nil {

@@ -68,6 +68,9 @@ type Stats struct {
 	// Repeats counts commands not applied because the extent remembered
 	// their request id: the first reply was returned (replies.go).
 	Repeats uint64
+	// DeltaMismatches counts page deltas that did not rebuild the page
+	// they promised (their command was refused, CODE_DELTA_MISMATCH).
+	DeltaMismatches uint64
 }
 
 // TxnTransitions is the number of cross-extent state transitions of the
@@ -79,6 +82,7 @@ func (s Stats) TxnTransitions() uint64 {
 
 type smStats struct {
 	commits, prepares, prepareDecides, decideReleases, releases, aborts, fences, refused, repeats atomic.Uint64
+	deltaMismatches                                                                               atomic.Uint64
 }
 
 // NewStateMachine is the raftengine.Factory of extent groups.
@@ -103,6 +107,7 @@ func (sm *StateMachine) Stats() Stats {
 		Commits: s.commits.Load(), Prepares: s.prepares.Load(), PrepareDecides: s.prepareDecides.Load(),
 		DecideReleases: s.decideReleases.Load(), Releases: s.releases.Load(), Aborts: s.aborts.Load(),
 		Fences: s.fences.Load(), Refused: s.refused.Load(), Repeats: s.repeats.Load(),
+		DeltaMismatches: s.deltaMismatches.Load(),
 	}
 }
 

@@ -97,6 +97,8 @@ func ownElements(es []*pb.Element, own uint64, t string) error {
 		switch op := e.GetOp().(type) {
 		case *pb.Element_Write:
 			err = ownPointer(op.Write.GetPage(), own, t)
+		case *pb.Element_WriteDelta:
+			err = ownPointer(op.WriteDelta.GetPage(), own, t)
 		case *pb.Element_Check:
 			err = ownPointer(op.Check.GetPage(), own, t)
 		case *pb.Element_Free:

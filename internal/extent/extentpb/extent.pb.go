@@ -117,6 +117,11 @@ const (
 	// May or may not have been executed.
 	Code_CODE_AMBIGUOUS Code = 10
 	Code_CODE_INTERNAL  Code = 11
+	// A DeltaWriteOp's script does not rebuild the page it promised (length
+	// or CRC-32C differ, or it reads outside the base): the base the writer
+	// had is not the page at that slot. Nothing changed; send the full
+	// image. A kind of CODE_INVALID_ARGUMENT.
+	Code_CODE_DELTA_MISMATCH Code = 12
 )
 
 // Enum value maps for Code.
@@ -134,6 +139,7 @@ var (
 		9:  "CODE_UNAVAILABLE",
 		10: "CODE_AMBIGUOUS",
 		11: "CODE_INTERNAL",
+		12: "CODE_DELTA_MISMATCH",
 	}
 	Code_value = map[string]int32{
 		"CODE_OK":               0,
@@ -148,6 +154,7 @@ var (
 		"CODE_UNAVAILABLE":      9,
 		"CODE_AMBIGUOUS":        10,
 		"CODE_INTERNAL":         11,
+		"CODE_DELTA_MISMATCH":   12,
 	}
 )
 
@@ -493,6 +500,7 @@ type Element struct {
 	//	*Element_Check
 	//	*Element_Allocate
 	//	*Element_Free
+	//	*Element_WriteDelta
 	Op            isElement_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -571,6 +579,15 @@ func (x *Element) GetFree() *FreeOp {
 	return nil
 }
 
+func (x *Element) GetWriteDelta() *DeltaWriteOp {
+	if x != nil {
+		if x, ok := x.Op.(*Element_WriteDelta); ok {
+			return x.WriteDelta
+		}
+	}
+	return nil
+}
+
 type isElement_Op interface {
 	isElement_Op()
 }
@@ -591,6 +608,14 @@ type Element_Free struct {
 	Free *FreeOp `protobuf:"bytes,4,opt,name=free,proto3,oneof"`
 }
 
+type Element_WriteDelta struct {
+	// A write sent as an edit script against the page's current bytes. It
+	// is an element of its own, not a field of WriteOp, so that a replica
+	// that predates it refuses it (an element without an operation) rather
+	// than writing an empty page.
+	WriteDelta *DeltaWriteOp `protobuf:"bytes,5,opt,name=write_delta,json=writeDelta,proto3,oneof"`
+}
+
 func (*Element_Write) isElement_Op() {}
 
 func (*Element_Check) isElement_Op() {}
@@ -598,6 +623,8 @@ func (*Element_Check) isElement_Op() {}
 func (*Element_Allocate) isElement_Op() {}
 
 func (*Element_Free) isElement_Op() {}
+
+func (*Element_WriteDelta) isElement_Op() {}
 
 // WriteOp replaces a page if its slot is still expected_slot and its block's
 // ownership matches the pointer.
@@ -661,6 +688,91 @@ func (x *WriteOp) GetData() []byte {
 	return nil
 }
 
+// DeltaWriteOp is a WriteOp whose new page is given as an edit script
+// against the page's bytes at expected_slot (internal/extent/delta.go
+// documents the script's encoding). A slot names exactly one content of a
+// page (the raft index of the entry that wrote it; slot 0 the empty page),
+// so the base is the one the writer read. The replica rebuilds the page
+// before it writes anything and refuses the whole MPSC with
+// CODE_DELTA_MISMATCH unless the result has exactly length bytes and
+// CRC-32C crc32c: then the writer sends the full image. A transaction
+// record never holds one: prepare stores the rebuilt page as a WriteOp.
+type DeltaWriteOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Page          *Pointer               `protobuf:"bytes,1,opt,name=page,proto3" json:"page,omitempty"`
+	ExpectedSlot  uint64                 `protobuf:"varint,2,opt,name=expected_slot,json=expectedSlot,proto3" json:"expected_slot,omitempty"`
+	Script        []byte                 `protobuf:"bytes,3,opt,name=script,proto3" json:"script,omitempty"`
+	Length        uint32                 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	Crc32C        uint32                 `protobuf:"fixed32,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeltaWriteOp) Reset() {
+	*x = DeltaWriteOp{}
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeltaWriteOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeltaWriteOp) ProtoMessage() {}
+
+func (x *DeltaWriteOp) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeltaWriteOp.ProtoReflect.Descriptor instead.
+func (*DeltaWriteOp) Descriptor() ([]byte, []int) {
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DeltaWriteOp) GetPage() *Pointer {
+	if x != nil {
+		return x.Page
+	}
+	return nil
+}
+
+func (x *DeltaWriteOp) GetExpectedSlot() uint64 {
+	if x != nil {
+		return x.ExpectedSlot
+	}
+	return 0
+}
+
+func (x *DeltaWriteOp) GetScript() []byte {
+	if x != nil {
+		return x.Script
+	}
+	return nil
+}
+
+func (x *DeltaWriteOp) GetLength() uint32 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *DeltaWriteOp) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
 // CheckOp changes nothing but fails the MPSC unless the page's slot is still
 // expected_slot: a read in the transaction's read set.
 type CheckOp struct {
@@ -673,7 +785,7 @@ type CheckOp struct {
 
 func (x *CheckOp) Reset() {
 	*x = CheckOp{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[5]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +797,7 @@ func (x *CheckOp) String() string {
 func (*CheckOp) ProtoMessage() {}
 
 func (x *CheckOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[5]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +810,7 @@ func (x *CheckOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckOp.ProtoReflect.Descriptor instead.
 func (*CheckOp) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{5}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CheckOp) GetPage() *Pointer {
@@ -730,7 +842,7 @@ type AllocateOp struct {
 
 func (x *AllocateOp) Reset() {
 	*x = AllocateOp{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[6]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +854,7 @@ func (x *AllocateOp) String() string {
 func (*AllocateOp) ProtoMessage() {}
 
 func (x *AllocateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[6]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +867,7 @@ func (x *AllocateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateOp.ProtoReflect.Descriptor instead.
 func (*AllocateOp) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{6}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AllocateOp) GetExtentId() uint64 {
@@ -796,7 +908,7 @@ type FreeOp struct {
 
 func (x *FreeOp) Reset() {
 	*x = FreeOp{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[7]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +920,7 @@ func (x *FreeOp) String() string {
 func (*FreeOp) ProtoMessage() {}
 
 func (x *FreeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[7]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +933,7 @@ func (x *FreeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeOp.ProtoReflect.Descriptor instead.
 func (*FreeOp) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{7}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FreeOp) GetBlock() *Pointer {
@@ -844,7 +956,7 @@ type ElementResult struct {
 
 func (x *ElementResult) Reset() {
 	*x = ElementResult{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[8]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +968,7 @@ func (x *ElementResult) String() string {
 func (*ElementResult) ProtoMessage() {}
 
 func (x *ElementResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[8]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +981,7 @@ func (x *ElementResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElementResult.ProtoReflect.Descriptor instead.
 func (*ElementResult) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{8}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ElementResult) GetSlot() uint64 {
@@ -910,7 +1022,7 @@ type TxnRecord struct {
 
 func (x *TxnRecord) Reset() {
 	*x = TxnRecord{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[9]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1034,7 @@ func (x *TxnRecord) String() string {
 func (*TxnRecord) ProtoMessage() {}
 
 func (x *TxnRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[9]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1047,7 @@ func (x *TxnRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnRecord.ProtoReflect.Descriptor instead.
 func (*TxnRecord) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{9}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TxnRecord) GetTxnId() uint64 {
@@ -1018,7 +1130,7 @@ type Meta struct {
 
 func (x *Meta) Reset() {
 	*x = Meta{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[10]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1142,7 @@ func (x *Meta) String() string {
 func (*Meta) ProtoMessage() {}
 
 func (x *Meta) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[10]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1155,7 @@ func (x *Meta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Meta.ProtoReflect.Descriptor instead.
 func (*Meta) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{10}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Meta) GetAppliedIndex() uint64 {
@@ -1131,7 +1243,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[11]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1255,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[11]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1268,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{11}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -1284,7 +1396,7 @@ type CommitCmd struct {
 
 func (x *CommitCmd) Reset() {
 	*x = CommitCmd{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[12]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1408,7 @@ func (x *CommitCmd) String() string {
 func (*CommitCmd) ProtoMessage() {}
 
 func (x *CommitCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[12]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1421,7 @@ func (x *CommitCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitCmd.ProtoReflect.Descriptor instead.
 func (*CommitCmd) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{12}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CommitCmd) GetElements() []*Element {
@@ -1335,7 +1447,7 @@ type PrepareCmd struct {
 
 func (x *PrepareCmd) Reset() {
 	*x = PrepareCmd{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[13]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1459,7 @@ func (x *PrepareCmd) String() string {
 func (*PrepareCmd) ProtoMessage() {}
 
 func (x *PrepareCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[13]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1472,7 @@ func (x *PrepareCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareCmd.ProtoReflect.Descriptor instead.
 func (*PrepareCmd) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{13}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PrepareCmd) GetTxnId() uint64 {
@@ -1417,7 +1529,7 @@ type TxnCmd struct {
 
 func (x *TxnCmd) Reset() {
 	*x = TxnCmd{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[14]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1541,7 @@ func (x *TxnCmd) String() string {
 func (*TxnCmd) ProtoMessage() {}
 
 func (x *TxnCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[14]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1554,7 @@ func (x *TxnCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnCmd.ProtoReflect.Descriptor instead.
 func (*TxnCmd) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{14}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TxnCmd) GetTxnId() uint64 {
@@ -1477,7 +1589,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[15]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1601,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[15]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1614,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{15}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CommandResult) GetCode() Code {
@@ -1562,7 +1674,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[16]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1686,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[16]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1699,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{16}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Error) GetCode() Code {
@@ -1637,7 +1749,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[17]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +1761,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[17]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +1774,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{17}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReadRequest) GetPage() *Pointer {
@@ -1690,7 +1802,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[18]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1814,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[18]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1827,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{18}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -1752,7 +1864,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[19]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1876,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[19]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1889,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{19}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CommitRequest) GetExtentId() uint64 {
@@ -1822,7 +1934,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[20]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1946,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[20]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1959,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{20}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckRequest) GetExtentId() uint64 {
@@ -1880,7 +1992,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[21]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2004,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[21]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2017,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{21}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CheckResponse) GetLeaderId() uint64 {
@@ -1926,7 +2038,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[22]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2050,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[22]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2063,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{22}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommitResponse) GetResults() []*ElementResult {
@@ -1992,7 +2104,7 @@ type TxnStepRequest struct {
 
 func (x *TxnStepRequest) Reset() {
 	*x = TxnStepRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[23]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2116,7 @@ func (x *TxnStepRequest) String() string {
 func (*TxnStepRequest) ProtoMessage() {}
 
 func (x *TxnStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[23]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2129,7 @@ func (x *TxnStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnStepRequest.ProtoReflect.Descriptor instead.
 func (*TxnStepRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{23}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TxnStepRequest) GetExtentId() uint64 {
@@ -2095,7 +2207,7 @@ type TxnStepResponse struct {
 
 func (x *TxnStepResponse) Reset() {
 	*x = TxnStepResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[24]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2219,7 @@ func (x *TxnStepResponse) String() string {
 func (*TxnStepResponse) ProtoMessage() {}
 
 func (x *TxnStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[24]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2232,7 @@ func (x *TxnStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnStepResponse.ProtoReflect.Descriptor instead.
 func (*TxnStepResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{24}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TxnStepResponse) GetRecord() *TxnRecord {
@@ -2162,7 +2274,7 @@ type QueryTxnRequest struct {
 
 func (x *QueryTxnRequest) Reset() {
 	*x = QueryTxnRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[25]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2286,7 @@ func (x *QueryTxnRequest) String() string {
 func (*QueryTxnRequest) ProtoMessage() {}
 
 func (x *QueryTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[25]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2299,7 @@ func (x *QueryTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryTxnRequest.ProtoReflect.Descriptor instead.
 func (*QueryTxnRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{25}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueryTxnRequest) GetExtentId() uint64 {
@@ -2221,7 +2333,7 @@ type QueryTxnResponse struct {
 
 func (x *QueryTxnResponse) Reset() {
 	*x = QueryTxnResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[26]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2345,7 @@ func (x *QueryTxnResponse) String() string {
 func (*QueryTxnResponse) ProtoMessage() {}
 
 func (x *QueryTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[26]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2358,7 @@ func (x *QueryTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryTxnResponse.ProtoReflect.Descriptor instead.
 func (*QueryTxnResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{26}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueryTxnResponse) GetRecord() *TxnRecord {
@@ -2276,7 +2388,7 @@ type FreeBlocksRequest struct {
 
 func (x *FreeBlocksRequest) Reset() {
 	*x = FreeBlocksRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[27]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2400,7 @@ func (x *FreeBlocksRequest) String() string {
 func (*FreeBlocksRequest) ProtoMessage() {}
 
 func (x *FreeBlocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[27]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2413,7 @@ func (x *FreeBlocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeBlocksRequest.ProtoReflect.Descriptor instead.
 func (*FreeBlocksRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{27}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FreeBlocksRequest) GetExtentId() uint64 {
@@ -2343,7 +2455,7 @@ type FreeBlock struct {
 
 func (x *FreeBlock) Reset() {
 	*x = FreeBlock{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[28]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2355,7 +2467,7 @@ func (x *FreeBlock) String() string {
 func (*FreeBlock) ProtoMessage() {}
 
 func (x *FreeBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[28]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2368,7 +2480,7 @@ func (x *FreeBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeBlock.ProtoReflect.Descriptor instead.
 func (*FreeBlock) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{28}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FreeBlock) GetPage() uint64 {
@@ -2395,7 +2507,7 @@ type FreeBlocksResponse struct {
 
 func (x *FreeBlocksResponse) Reset() {
 	*x = FreeBlocksResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[29]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2519,7 @@ func (x *FreeBlocksResponse) String() string {
 func (*FreeBlocksResponse) ProtoMessage() {}
 
 func (x *FreeBlocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[29]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2532,7 @@ func (x *FreeBlocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeBlocksResponse.ProtoReflect.Descriptor instead.
 func (*FreeBlocksResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{29}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FreeBlocksResponse) GetBlocks() []*FreeBlock {
@@ -2447,7 +2559,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[30]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2459,7 +2571,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[30]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2472,7 +2584,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{30}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *InfoRequest) GetExtentId() uint64 {
@@ -2507,7 +2619,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[31]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2631,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[31]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2644,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{31}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *InfoResponse) GetExtentId() uint64 {
@@ -2604,7 +2716,7 @@ type CreateReplicaRequest struct {
 
 func (x *CreateReplicaRequest) Reset() {
 	*x = CreateReplicaRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[32]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +2728,7 @@ func (x *CreateReplicaRequest) String() string {
 func (*CreateReplicaRequest) ProtoMessage() {}
 
 func (x *CreateReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[32]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +2741,7 @@ func (x *CreateReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CreateReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{32}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateReplicaRequest) GetExtentId() uint64 {
@@ -2663,7 +2775,7 @@ type CreateReplicaResponse struct {
 
 func (x *CreateReplicaResponse) Reset() {
 	*x = CreateReplicaResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[33]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2787,7 @@ func (x *CreateReplicaResponse) String() string {
 func (*CreateReplicaResponse) ProtoMessage() {}
 
 func (x *CreateReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[33]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2800,7 @@ func (x *CreateReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateReplicaResponse.ProtoReflect.Descriptor instead.
 func (*CreateReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{33}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateReplicaResponse) GetExisted() bool {
@@ -2709,7 +2821,7 @@ type ChangeReplicasRequest struct {
 
 func (x *ChangeReplicasRequest) Reset() {
 	*x = ChangeReplicasRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[34]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2833,7 @@ func (x *ChangeReplicasRequest) String() string {
 func (*ChangeReplicasRequest) ProtoMessage() {}
 
 func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[34]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2846,7 @@ func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasRequest.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{34}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ChangeReplicasRequest) GetExtentId() uint64 {
@@ -2766,7 +2878,7 @@ type ChangeReplicasResponse struct {
 
 func (x *ChangeReplicasResponse) Reset() {
 	*x = ChangeReplicasResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[35]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2890,7 @@ func (x *ChangeReplicasResponse) String() string {
 func (*ChangeReplicasResponse) ProtoMessage() {}
 
 func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[35]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2903,7 @@ func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasResponse.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{35}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{36}
 }
 
 type ReplicaStatusRequest struct {
@@ -2805,7 +2917,7 @@ type ReplicaStatusRequest struct {
 
 func (x *ReplicaStatusRequest) Reset() {
 	*x = ReplicaStatusRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[36]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +2929,7 @@ func (x *ReplicaStatusRequest) String() string {
 func (*ReplicaStatusRequest) ProtoMessage() {}
 
 func (x *ReplicaStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[36]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +2942,7 @@ func (x *ReplicaStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaStatusRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{36}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReplicaStatusRequest) GetExtentId() uint64 {
@@ -2859,7 +2971,7 @@ type ReplicaProgress struct {
 
 func (x *ReplicaProgress) Reset() {
 	*x = ReplicaProgress{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[37]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +2983,7 @@ func (x *ReplicaProgress) String() string {
 func (*ReplicaProgress) ProtoMessage() {}
 
 func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[37]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +2996,7 @@ func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaProgress.ProtoReflect.Descriptor instead.
 func (*ReplicaProgress) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{37}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReplicaProgress) GetNodeId() uint64 {
@@ -2938,7 +3050,7 @@ type ReplicaStatusResponse struct {
 
 func (x *ReplicaStatusResponse) Reset() {
 	*x = ReplicaStatusResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[38]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2950,7 +3062,7 @@ func (x *ReplicaStatusResponse) String() string {
 func (*ReplicaStatusResponse) ProtoMessage() {}
 
 func (x *ReplicaStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[38]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2963,7 +3075,7 @@ func (x *ReplicaStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaStatusResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{38}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReplicaStatusResponse) GetExists() bool {
@@ -3065,7 +3177,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[39]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3077,7 +3189,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[39]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3090,7 +3202,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{39}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RecoverRequest) GetExtentId() uint64 {
@@ -3123,7 +3235,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[40]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3135,7 +3247,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[40]
+	mi := &file_internal_extent_extentpb_extent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3148,7 +3260,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{40}
+	return file_internal_extent_extentpb_extent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RecoverResponse) GetNodeId() uint64 {
@@ -3205,17 +3317,25 @@ const file_internal_extent_extentpb_extent_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x16\n" +
 	"\x06tenant\x18\x04 \x01(\x04R\x06tenant\x12\x1b\n" +
-	"\tread_only\x18\x05 \x01(\bR\breadOnly\"\xdd\x01\n" +
+	"\tread_only\x18\x05 \x01(\bR\breadOnly\"\x9f\x02\n" +
 	"\aElement\x120\n" +
 	"\x05write\x18\x01 \x01(\v2\x18.arbor.extent.v1.WriteOpH\x00R\x05write\x120\n" +
 	"\x05check\x18\x02 \x01(\v2\x18.arbor.extent.v1.CheckOpH\x00R\x05check\x129\n" +
 	"\ballocate\x18\x03 \x01(\v2\x1b.arbor.extent.v1.AllocateOpH\x00R\ballocate\x12-\n" +
-	"\x04free\x18\x04 \x01(\v2\x17.arbor.extent.v1.FreeOpH\x00R\x04freeB\x04\n" +
+	"\x04free\x18\x04 \x01(\v2\x17.arbor.extent.v1.FreeOpH\x00R\x04free\x12@\n" +
+	"\vwrite_delta\x18\x05 \x01(\v2\x1d.arbor.extent.v1.DeltaWriteOpH\x00R\n" +
+	"writeDeltaB\x04\n" +
 	"\x02op\"p\n" +
 	"\aWriteOp\x12,\n" +
 	"\x04page\x18\x01 \x01(\v2\x18.arbor.extent.v1.PointerR\x04page\x12#\n" +
 	"\rexpected_slot\x18\x02 \x01(\x04R\fexpectedSlot\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"\\\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\xa9\x01\n" +
+	"\fDeltaWriteOp\x12,\n" +
+	"\x04page\x18\x01 \x01(\v2\x18.arbor.extent.v1.PointerR\x04page\x12#\n" +
+	"\rexpected_slot\x18\x02 \x01(\x04R\fexpectedSlot\x12\x16\n" +
+	"\x06script\x18\x03 \x01(\fR\x06script\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\rR\x06length\x12\x16\n" +
+	"\x06crc32c\x18\x05 \x01(\aR\x06crc32c\"\\\n" +
 	"\aCheckOp\x12,\n" +
 	"\x04page\x18\x01 \x01(\v2\x18.arbor.extent.v1.PointerR\x04page\x12#\n" +
 	"\rexpected_slot\x18\x02 \x01(\x04R\fexpectedSlot\"\x8e\x01\n" +
@@ -3414,7 +3534,7 @@ const file_internal_extent_extentpb_extent_proto_rawDesc = "" +
 	"\x12TXN_STATE_PREPARED\x10\x01\x12\x15\n" +
 	"\x11TXN_STATE_DECIDED\x10\x02\x12\x17\n" +
 	"\x13TXN_STATE_COMMITTED\x10\x03\x12\x15\n" +
-	"\x11TXN_STATE_ABORTED\x10\x04*\xf0\x01\n" +
+	"\x11TXN_STATE_ABORTED\x10\x04*\x89\x02\n" +
 	"\x04Code\x12\v\n" +
 	"\aCODE_OK\x10\x00\x12\x19\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x01\x12\x11\n" +
@@ -3429,7 +3549,8 @@ const file_internal_extent_extentpb_extent_proto_rawDesc = "" +
 	"\x10CODE_UNAVAILABLE\x10\t\x12\x12\n" +
 	"\x0eCODE_AMBIGUOUS\x10\n" +
 	"\x12\x11\n" +
-	"\rCODE_INTERNAL\x10\v*\xb9\x01\n" +
+	"\rCODE_INTERNAL\x10\v\x12\x17\n" +
+	"\x13CODE_DELTA_MISMATCH\x10\f*\xb9\x01\n" +
 	"\bStepKind\x12\x19\n" +
 	"\x15STEP_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11STEP_KIND_PREPARE\x10\x01\x12\x1c\n" +
@@ -3470,7 +3591,7 @@ func file_internal_extent_extentpb_extent_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_extent_extentpb_extent_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_extent_extentpb_extent_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_internal_extent_extentpb_extent_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_internal_extent_extentpb_extent_proto_goTypes = []any{
 	(TxnState)(0),                  // 0: arbor.extent.v1.TxnState
 	(Code)(0),                      // 1: arbor.extent.v1.Code
@@ -3481,115 +3602,118 @@ var file_internal_extent_extentpb_extent_proto_goTypes = []any{
 	(*Pointer)(nil),                // 6: arbor.extent.v1.Pointer
 	(*Element)(nil),                // 7: arbor.extent.v1.Element
 	(*WriteOp)(nil),                // 8: arbor.extent.v1.WriteOp
-	(*CheckOp)(nil),                // 9: arbor.extent.v1.CheckOp
-	(*AllocateOp)(nil),             // 10: arbor.extent.v1.AllocateOp
-	(*FreeOp)(nil),                 // 11: arbor.extent.v1.FreeOp
-	(*ElementResult)(nil),          // 12: arbor.extent.v1.ElementResult
-	(*TxnRecord)(nil),              // 13: arbor.extent.v1.TxnRecord
-	(*Meta)(nil),                   // 14: arbor.extent.v1.Meta
-	(*Command)(nil),                // 15: arbor.extent.v1.Command
-	(*CommitCmd)(nil),              // 16: arbor.extent.v1.CommitCmd
-	(*PrepareCmd)(nil),             // 17: arbor.extent.v1.PrepareCmd
-	(*TxnCmd)(nil),                 // 18: arbor.extent.v1.TxnCmd
-	(*CommandResult)(nil),          // 19: arbor.extent.v1.CommandResult
-	(*Error)(nil),                  // 20: arbor.extent.v1.Error
-	(*ReadRequest)(nil),            // 21: arbor.extent.v1.ReadRequest
-	(*ReadResponse)(nil),           // 22: arbor.extent.v1.ReadResponse
-	(*CommitRequest)(nil),          // 23: arbor.extent.v1.CommitRequest
-	(*CheckRequest)(nil),           // 24: arbor.extent.v1.CheckRequest
-	(*CheckResponse)(nil),          // 25: arbor.extent.v1.CheckResponse
-	(*CommitResponse)(nil),         // 26: arbor.extent.v1.CommitResponse
-	(*TxnStepRequest)(nil),         // 27: arbor.extent.v1.TxnStepRequest
-	(*TxnStepResponse)(nil),        // 28: arbor.extent.v1.TxnStepResponse
-	(*QueryTxnRequest)(nil),        // 29: arbor.extent.v1.QueryTxnRequest
-	(*QueryTxnResponse)(nil),       // 30: arbor.extent.v1.QueryTxnResponse
-	(*FreeBlocksRequest)(nil),      // 31: arbor.extent.v1.FreeBlocksRequest
-	(*FreeBlock)(nil),              // 32: arbor.extent.v1.FreeBlock
-	(*FreeBlocksResponse)(nil),     // 33: arbor.extent.v1.FreeBlocksResponse
-	(*InfoRequest)(nil),            // 34: arbor.extent.v1.InfoRequest
-	(*InfoResponse)(nil),           // 35: arbor.extent.v1.InfoResponse
-	(*CreateReplicaRequest)(nil),   // 36: arbor.extent.v1.CreateReplicaRequest
-	(*CreateReplicaResponse)(nil),  // 37: arbor.extent.v1.CreateReplicaResponse
-	(*ChangeReplicasRequest)(nil),  // 38: arbor.extent.v1.ChangeReplicasRequest
-	(*ChangeReplicasResponse)(nil), // 39: arbor.extent.v1.ChangeReplicasResponse
-	(*ReplicaStatusRequest)(nil),   // 40: arbor.extent.v1.ReplicaStatusRequest
-	(*ReplicaProgress)(nil),        // 41: arbor.extent.v1.ReplicaProgress
-	(*ReplicaStatusResponse)(nil),  // 42: arbor.extent.v1.ReplicaStatusResponse
-	(*RecoverRequest)(nil),         // 43: arbor.extent.v1.RecoverRequest
-	(*RecoverResponse)(nil),        // 44: arbor.extent.v1.RecoverResponse
+	(*DeltaWriteOp)(nil),           // 9: arbor.extent.v1.DeltaWriteOp
+	(*CheckOp)(nil),                // 10: arbor.extent.v1.CheckOp
+	(*AllocateOp)(nil),             // 11: arbor.extent.v1.AllocateOp
+	(*FreeOp)(nil),                 // 12: arbor.extent.v1.FreeOp
+	(*ElementResult)(nil),          // 13: arbor.extent.v1.ElementResult
+	(*TxnRecord)(nil),              // 14: arbor.extent.v1.TxnRecord
+	(*Meta)(nil),                   // 15: arbor.extent.v1.Meta
+	(*Command)(nil),                // 16: arbor.extent.v1.Command
+	(*CommitCmd)(nil),              // 17: arbor.extent.v1.CommitCmd
+	(*PrepareCmd)(nil),             // 18: arbor.extent.v1.PrepareCmd
+	(*TxnCmd)(nil),                 // 19: arbor.extent.v1.TxnCmd
+	(*CommandResult)(nil),          // 20: arbor.extent.v1.CommandResult
+	(*Error)(nil),                  // 21: arbor.extent.v1.Error
+	(*ReadRequest)(nil),            // 22: arbor.extent.v1.ReadRequest
+	(*ReadResponse)(nil),           // 23: arbor.extent.v1.ReadResponse
+	(*CommitRequest)(nil),          // 24: arbor.extent.v1.CommitRequest
+	(*CheckRequest)(nil),           // 25: arbor.extent.v1.CheckRequest
+	(*CheckResponse)(nil),          // 26: arbor.extent.v1.CheckResponse
+	(*CommitResponse)(nil),         // 27: arbor.extent.v1.CommitResponse
+	(*TxnStepRequest)(nil),         // 28: arbor.extent.v1.TxnStepRequest
+	(*TxnStepResponse)(nil),        // 29: arbor.extent.v1.TxnStepResponse
+	(*QueryTxnRequest)(nil),        // 30: arbor.extent.v1.QueryTxnRequest
+	(*QueryTxnResponse)(nil),       // 31: arbor.extent.v1.QueryTxnResponse
+	(*FreeBlocksRequest)(nil),      // 32: arbor.extent.v1.FreeBlocksRequest
+	(*FreeBlock)(nil),              // 33: arbor.extent.v1.FreeBlock
+	(*FreeBlocksResponse)(nil),     // 34: arbor.extent.v1.FreeBlocksResponse
+	(*InfoRequest)(nil),            // 35: arbor.extent.v1.InfoRequest
+	(*InfoResponse)(nil),           // 36: arbor.extent.v1.InfoResponse
+	(*CreateReplicaRequest)(nil),   // 37: arbor.extent.v1.CreateReplicaRequest
+	(*CreateReplicaResponse)(nil),  // 38: arbor.extent.v1.CreateReplicaResponse
+	(*ChangeReplicasRequest)(nil),  // 39: arbor.extent.v1.ChangeReplicasRequest
+	(*ChangeReplicasResponse)(nil), // 40: arbor.extent.v1.ChangeReplicasResponse
+	(*ReplicaStatusRequest)(nil),   // 41: arbor.extent.v1.ReplicaStatusRequest
+	(*ReplicaProgress)(nil),        // 42: arbor.extent.v1.ReplicaProgress
+	(*ReplicaStatusResponse)(nil),  // 43: arbor.extent.v1.ReplicaStatusResponse
+	(*RecoverRequest)(nil),         // 44: arbor.extent.v1.RecoverRequest
+	(*RecoverResponse)(nil),        // 45: arbor.extent.v1.RecoverResponse
 }
 var file_internal_extent_extentpb_extent_proto_depIdxs = []int32{
 	4,  // 0: arbor.extent.v1.GroupParams.geometry:type_name -> arbor.extent.v1.Geometry
 	8,  // 1: arbor.extent.v1.Element.write:type_name -> arbor.extent.v1.WriteOp
-	9,  // 2: arbor.extent.v1.Element.check:type_name -> arbor.extent.v1.CheckOp
-	10, // 3: arbor.extent.v1.Element.allocate:type_name -> arbor.extent.v1.AllocateOp
-	11, // 4: arbor.extent.v1.Element.free:type_name -> arbor.extent.v1.FreeOp
-	6,  // 5: arbor.extent.v1.WriteOp.page:type_name -> arbor.extent.v1.Pointer
-	6,  // 6: arbor.extent.v1.CheckOp.page:type_name -> arbor.extent.v1.Pointer
-	6,  // 7: arbor.extent.v1.AllocateOp.block:type_name -> arbor.extent.v1.Pointer
-	6,  // 8: arbor.extent.v1.FreeOp.block:type_name -> arbor.extent.v1.Pointer
-	6,  // 9: arbor.extent.v1.ElementResult.block:type_name -> arbor.extent.v1.Pointer
-	0,  // 10: arbor.extent.v1.TxnRecord.state:type_name -> arbor.extent.v1.TxnState
-	7,  // 11: arbor.extent.v1.TxnRecord.elements:type_name -> arbor.extent.v1.Element
-	12, // 12: arbor.extent.v1.TxnRecord.reserved:type_name -> arbor.extent.v1.ElementResult
-	16, // 13: arbor.extent.v1.Command.commit:type_name -> arbor.extent.v1.CommitCmd
-	17, // 14: arbor.extent.v1.Command.prepare:type_name -> arbor.extent.v1.PrepareCmd
-	18, // 15: arbor.extent.v1.Command.decide_release:type_name -> arbor.extent.v1.TxnCmd
-	18, // 16: arbor.extent.v1.Command.release:type_name -> arbor.extent.v1.TxnCmd
-	18, // 17: arbor.extent.v1.Command.abort:type_name -> arbor.extent.v1.TxnCmd
-	18, // 18: arbor.extent.v1.Command.fence:type_name -> arbor.extent.v1.TxnCmd
-	7,  // 19: arbor.extent.v1.CommitCmd.elements:type_name -> arbor.extent.v1.Element
-	7,  // 20: arbor.extent.v1.PrepareCmd.elements:type_name -> arbor.extent.v1.Element
-	1,  // 21: arbor.extent.v1.CommandResult.code:type_name -> arbor.extent.v1.Code
-	12, // 22: arbor.extent.v1.CommandResult.results:type_name -> arbor.extent.v1.ElementResult
-	13, // 23: arbor.extent.v1.CommandResult.record:type_name -> arbor.extent.v1.TxnRecord
-	13, // 24: arbor.extent.v1.CommandResult.holder:type_name -> arbor.extent.v1.TxnRecord
-	1,  // 25: arbor.extent.v1.Error.code:type_name -> arbor.extent.v1.Code
-	13, // 26: arbor.extent.v1.Error.holder:type_name -> arbor.extent.v1.TxnRecord
-	6,  // 27: arbor.extent.v1.ReadRequest.page:type_name -> arbor.extent.v1.Pointer
-	7,  // 28: arbor.extent.v1.CommitRequest.elements:type_name -> arbor.extent.v1.Element
-	7,  // 29: arbor.extent.v1.CheckRequest.elements:type_name -> arbor.extent.v1.Element
-	12, // 30: arbor.extent.v1.CommitResponse.results:type_name -> arbor.extent.v1.ElementResult
-	2,  // 31: arbor.extent.v1.TxnStepRequest.kind:type_name -> arbor.extent.v1.StepKind
-	7,  // 32: arbor.extent.v1.TxnStepRequest.elements:type_name -> arbor.extent.v1.Element
-	13, // 33: arbor.extent.v1.TxnStepResponse.record:type_name -> arbor.extent.v1.TxnRecord
-	12, // 34: arbor.extent.v1.TxnStepResponse.results:type_name -> arbor.extent.v1.ElementResult
-	13, // 35: arbor.extent.v1.QueryTxnResponse.record:type_name -> arbor.extent.v1.TxnRecord
-	32, // 36: arbor.extent.v1.FreeBlocksResponse.blocks:type_name -> arbor.extent.v1.FreeBlock
-	4,  // 37: arbor.extent.v1.InfoResponse.geometry:type_name -> arbor.extent.v1.Geometry
-	14, // 38: arbor.extent.v1.InfoResponse.meta:type_name -> arbor.extent.v1.Meta
-	13, // 39: arbor.extent.v1.InfoResponse.pending:type_name -> arbor.extent.v1.TxnRecord
-	4,  // 40: arbor.extent.v1.CreateReplicaRequest.geometry:type_name -> arbor.extent.v1.Geometry
-	3,  // 41: arbor.extent.v1.ChangeReplicasRequest.op:type_name -> arbor.extent.v1.MembershipOp
-	41, // 42: arbor.extent.v1.ReplicaStatusResponse.progress:type_name -> arbor.extent.v1.ReplicaProgress
-	4,  // 43: arbor.extent.v1.ReplicaStatusResponse.geometry:type_name -> arbor.extent.v1.Geometry
-	21, // 44: arbor.extent.v1.Extent.Read:input_type -> arbor.extent.v1.ReadRequest
-	23, // 45: arbor.extent.v1.Extent.Commit:input_type -> arbor.extent.v1.CommitRequest
-	24, // 46: arbor.extent.v1.Extent.Check:input_type -> arbor.extent.v1.CheckRequest
-	27, // 47: arbor.extent.v1.Extent.TxnStep:input_type -> arbor.extent.v1.TxnStepRequest
-	29, // 48: arbor.extent.v1.Extent.QueryTxn:input_type -> arbor.extent.v1.QueryTxnRequest
-	31, // 49: arbor.extent.v1.Extent.FreeBlocks:input_type -> arbor.extent.v1.FreeBlocksRequest
-	34, // 50: arbor.extent.v1.Extent.Info:input_type -> arbor.extent.v1.InfoRequest
-	36, // 51: arbor.extent.v1.Extent.CreateReplica:input_type -> arbor.extent.v1.CreateReplicaRequest
-	38, // 52: arbor.extent.v1.Extent.ChangeReplicas:input_type -> arbor.extent.v1.ChangeReplicasRequest
-	40, // 53: arbor.extent.v1.Extent.ReplicaStatus:input_type -> arbor.extent.v1.ReplicaStatusRequest
-	43, // 54: arbor.extent.v1.Extent.Recover:input_type -> arbor.extent.v1.RecoverRequest
-	22, // 55: arbor.extent.v1.Extent.Read:output_type -> arbor.extent.v1.ReadResponse
-	26, // 56: arbor.extent.v1.Extent.Commit:output_type -> arbor.extent.v1.CommitResponse
-	25, // 57: arbor.extent.v1.Extent.Check:output_type -> arbor.extent.v1.CheckResponse
-	28, // 58: arbor.extent.v1.Extent.TxnStep:output_type -> arbor.extent.v1.TxnStepResponse
-	30, // 59: arbor.extent.v1.Extent.QueryTxn:output_type -> arbor.extent.v1.QueryTxnResponse
-	33, // 60: arbor.extent.v1.Extent.FreeBlocks:output_type -> arbor.extent.v1.FreeBlocksResponse
-	35, // 61: arbor.extent.v1.Extent.Info:output_type -> arbor.extent.v1.InfoResponse
-	37, // 62: arbor.extent.v1.Extent.CreateReplica:output_type -> arbor.extent.v1.CreateReplicaResponse
-	39, // 63: arbor.extent.v1.Extent.ChangeReplicas:output_type -> arbor.extent.v1.ChangeReplicasResponse
-	42, // 64: arbor.extent.v1.Extent.ReplicaStatus:output_type -> arbor.extent.v1.ReplicaStatusResponse
-	44, // 65: arbor.extent.v1.Extent.Recover:output_type -> arbor.extent.v1.RecoverResponse
-	55, // [55:66] is the sub-list for method output_type
-	44, // [44:55] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	10, // 2: arbor.extent.v1.Element.check:type_name -> arbor.extent.v1.CheckOp
+	11, // 3: arbor.extent.v1.Element.allocate:type_name -> arbor.extent.v1.AllocateOp
+	12, // 4: arbor.extent.v1.Element.free:type_name -> arbor.extent.v1.FreeOp
+	9,  // 5: arbor.extent.v1.Element.write_delta:type_name -> arbor.extent.v1.DeltaWriteOp
+	6,  // 6: arbor.extent.v1.WriteOp.page:type_name -> arbor.extent.v1.Pointer
+	6,  // 7: arbor.extent.v1.DeltaWriteOp.page:type_name -> arbor.extent.v1.Pointer
+	6,  // 8: arbor.extent.v1.CheckOp.page:type_name -> arbor.extent.v1.Pointer
+	6,  // 9: arbor.extent.v1.AllocateOp.block:type_name -> arbor.extent.v1.Pointer
+	6,  // 10: arbor.extent.v1.FreeOp.block:type_name -> arbor.extent.v1.Pointer
+	6,  // 11: arbor.extent.v1.ElementResult.block:type_name -> arbor.extent.v1.Pointer
+	0,  // 12: arbor.extent.v1.TxnRecord.state:type_name -> arbor.extent.v1.TxnState
+	7,  // 13: arbor.extent.v1.TxnRecord.elements:type_name -> arbor.extent.v1.Element
+	13, // 14: arbor.extent.v1.TxnRecord.reserved:type_name -> arbor.extent.v1.ElementResult
+	17, // 15: arbor.extent.v1.Command.commit:type_name -> arbor.extent.v1.CommitCmd
+	18, // 16: arbor.extent.v1.Command.prepare:type_name -> arbor.extent.v1.PrepareCmd
+	19, // 17: arbor.extent.v1.Command.decide_release:type_name -> arbor.extent.v1.TxnCmd
+	19, // 18: arbor.extent.v1.Command.release:type_name -> arbor.extent.v1.TxnCmd
+	19, // 19: arbor.extent.v1.Command.abort:type_name -> arbor.extent.v1.TxnCmd
+	19, // 20: arbor.extent.v1.Command.fence:type_name -> arbor.extent.v1.TxnCmd
+	7,  // 21: arbor.extent.v1.CommitCmd.elements:type_name -> arbor.extent.v1.Element
+	7,  // 22: arbor.extent.v1.PrepareCmd.elements:type_name -> arbor.extent.v1.Element
+	1,  // 23: arbor.extent.v1.CommandResult.code:type_name -> arbor.extent.v1.Code
+	13, // 24: arbor.extent.v1.CommandResult.results:type_name -> arbor.extent.v1.ElementResult
+	14, // 25: arbor.extent.v1.CommandResult.record:type_name -> arbor.extent.v1.TxnRecord
+	14, // 26: arbor.extent.v1.CommandResult.holder:type_name -> arbor.extent.v1.TxnRecord
+	1,  // 27: arbor.extent.v1.Error.code:type_name -> arbor.extent.v1.Code
+	14, // 28: arbor.extent.v1.Error.holder:type_name -> arbor.extent.v1.TxnRecord
+	6,  // 29: arbor.extent.v1.ReadRequest.page:type_name -> arbor.extent.v1.Pointer
+	7,  // 30: arbor.extent.v1.CommitRequest.elements:type_name -> arbor.extent.v1.Element
+	7,  // 31: arbor.extent.v1.CheckRequest.elements:type_name -> arbor.extent.v1.Element
+	13, // 32: arbor.extent.v1.CommitResponse.results:type_name -> arbor.extent.v1.ElementResult
+	2,  // 33: arbor.extent.v1.TxnStepRequest.kind:type_name -> arbor.extent.v1.StepKind
+	7,  // 34: arbor.extent.v1.TxnStepRequest.elements:type_name -> arbor.extent.v1.Element
+	14, // 35: arbor.extent.v1.TxnStepResponse.record:type_name -> arbor.extent.v1.TxnRecord
+	13, // 36: arbor.extent.v1.TxnStepResponse.results:type_name -> arbor.extent.v1.ElementResult
+	14, // 37: arbor.extent.v1.QueryTxnResponse.record:type_name -> arbor.extent.v1.TxnRecord
+	33, // 38: arbor.extent.v1.FreeBlocksResponse.blocks:type_name -> arbor.extent.v1.FreeBlock
+	4,  // 39: arbor.extent.v1.InfoResponse.geometry:type_name -> arbor.extent.v1.Geometry
+	15, // 40: arbor.extent.v1.InfoResponse.meta:type_name -> arbor.extent.v1.Meta
+	14, // 41: arbor.extent.v1.InfoResponse.pending:type_name -> arbor.extent.v1.TxnRecord
+	4,  // 42: arbor.extent.v1.CreateReplicaRequest.geometry:type_name -> arbor.extent.v1.Geometry
+	3,  // 43: arbor.extent.v1.ChangeReplicasRequest.op:type_name -> arbor.extent.v1.MembershipOp
+	42, // 44: arbor.extent.v1.ReplicaStatusResponse.progress:type_name -> arbor.extent.v1.ReplicaProgress
+	4,  // 45: arbor.extent.v1.ReplicaStatusResponse.geometry:type_name -> arbor.extent.v1.Geometry
+	22, // 46: arbor.extent.v1.Extent.Read:input_type -> arbor.extent.v1.ReadRequest
+	24, // 47: arbor.extent.v1.Extent.Commit:input_type -> arbor.extent.v1.CommitRequest
+	25, // 48: arbor.extent.v1.Extent.Check:input_type -> arbor.extent.v1.CheckRequest
+	28, // 49: arbor.extent.v1.Extent.TxnStep:input_type -> arbor.extent.v1.TxnStepRequest
+	30, // 50: arbor.extent.v1.Extent.QueryTxn:input_type -> arbor.extent.v1.QueryTxnRequest
+	32, // 51: arbor.extent.v1.Extent.FreeBlocks:input_type -> arbor.extent.v1.FreeBlocksRequest
+	35, // 52: arbor.extent.v1.Extent.Info:input_type -> arbor.extent.v1.InfoRequest
+	37, // 53: arbor.extent.v1.Extent.CreateReplica:input_type -> arbor.extent.v1.CreateReplicaRequest
+	39, // 54: arbor.extent.v1.Extent.ChangeReplicas:input_type -> arbor.extent.v1.ChangeReplicasRequest
+	41, // 55: arbor.extent.v1.Extent.ReplicaStatus:input_type -> arbor.extent.v1.ReplicaStatusRequest
+	44, // 56: arbor.extent.v1.Extent.Recover:input_type -> arbor.extent.v1.RecoverRequest
+	23, // 57: arbor.extent.v1.Extent.Read:output_type -> arbor.extent.v1.ReadResponse
+	27, // 58: arbor.extent.v1.Extent.Commit:output_type -> arbor.extent.v1.CommitResponse
+	26, // 59: arbor.extent.v1.Extent.Check:output_type -> arbor.extent.v1.CheckResponse
+	29, // 60: arbor.extent.v1.Extent.TxnStep:output_type -> arbor.extent.v1.TxnStepResponse
+	31, // 61: arbor.extent.v1.Extent.QueryTxn:output_type -> arbor.extent.v1.QueryTxnResponse
+	34, // 62: arbor.extent.v1.Extent.FreeBlocks:output_type -> arbor.extent.v1.FreeBlocksResponse
+	36, // 63: arbor.extent.v1.Extent.Info:output_type -> arbor.extent.v1.InfoResponse
+	38, // 64: arbor.extent.v1.Extent.CreateReplica:output_type -> arbor.extent.v1.CreateReplicaResponse
+	40, // 65: arbor.extent.v1.Extent.ChangeReplicas:output_type -> arbor.extent.v1.ChangeReplicasResponse
+	43, // 66: arbor.extent.v1.Extent.ReplicaStatus:output_type -> arbor.extent.v1.ReplicaStatusResponse
+	45, // 67: arbor.extent.v1.Extent.Recover:output_type -> arbor.extent.v1.RecoverResponse
+	57, // [57:68] is the sub-list for method output_type
+	46, // [46:57] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_internal_extent_extentpb_extent_proto_init() }
@@ -3602,8 +3726,9 @@ func file_internal_extent_extentpb_extent_proto_init() {
 		(*Element_Check)(nil),
 		(*Element_Allocate)(nil),
 		(*Element_Free)(nil),
+		(*Element_WriteDelta)(nil),
 	}
-	file_internal_extent_extentpb_extent_proto_msgTypes[11].OneofWrappers = []any{
+	file_internal_extent_extentpb_extent_proto_msgTypes[12].OneofWrappers = []any{
 		(*Command_Commit)(nil),
 		(*Command_Prepare)(nil),
 		(*Command_DecideRelease)(nil),
@@ -3617,7 +3742,7 @@ func file_internal_extent_extentpb_extent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_extent_extentpb_extent_proto_rawDesc), len(file_internal_extent_extentpb_extent_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
