@@ -3,8 +3,9 @@
 # under DIR, then `sync -f`, and prints the wall time, the load average
 # before and after, the CPU the nodes and the mount used, and per entry of
 # TAR: the RPCs the nodes served (arbor_rpc_server_handled_total, by
-# method), the metadata servers' B-tree counters (arbor_btree_*) and their
-# group commits. The cluster is stopped afterwards (KEEP=1 keeps it).
+# method), the metadata servers' B-tree counters (arbor_btree_*, with
+# the page bytes they sent and what page deltas saved) and their group
+# commits; and the bytes the nodes wrote (sockets and files). The cluster is stopped afterwards (KEEP=1 keeps it).
 # Several may run at once with different DIRs (before and after a change,
 # sharing the machine's load), as in BENCHMARKS.md.
 # Usage: scripts/untar-rpcs.sh DIR ARBOR_BINARY TAR
@@ -43,16 +44,25 @@ cpu() {
 	done | paste -sd+ | bc
 }
 
+# Bytes the nodes wrote with write system calls (wchar: sockets, so Raft
+# and gRPC traffic, and files, so pebble's WAL and tables).
+wchar() {
+	for p in $(pgrep -f -- "--data-dir=$D/"); do
+		awk '/^wchar:/ {print $2}' "/proc/$p/io"
+	done | paste -sd+ | bc
+}
+
 scrape "$D.before"
-cpu0=$(cpu) load0=$(cut -d' ' -f1-3 /proc/loadavg) t0=$(date +%s.%N)
+cpu0=$(cpu) wchar0=$(wchar) load0=$(cut -d' ' -f1-3 /proc/loadavg) t0=$(date +%s.%N)
 tar -xf "$TAR" -C "$M"
 sync -f "$M"
-t1=$(date +%s.%N) cpu1=$(cpu) load1=$(cut -d' ' -f1-3 /proc/loadavg)
+t1=$(date +%s.%N) cpu1=$(cpu) wchar1=$(wchar) load1=$(cut -d' ' -f1-3 /proc/loadavg)
 scrape "$D.after"
 entries=$(tar -tf "$TAR" | wc -l)
-printf '%s: %d entries in %.1f s (%.1f/s); load average %s -> %s; CPU of the nodes and the mount %.1f s\n' \
+printf '%s: %d entries in %.1f s (%.1f/s); load average %s -> %s; CPU of the nodes and the mount %.1f s; the nodes wrote %.1f MB (%.1f KB per entry)\n' \
 	"$D" "$entries" "$(echo "$t1 - $t0" | bc)" "$(echo "$entries / ($t1 - $t0)" | bc -l)" "$load0" "$load1" \
-	"$(echo "($cpu1 - $cpu0) / $(getconf CLK_TCK)" | bc -l)"
+	"$(echo "($cpu1 - $cpu0) / $(getconf CLK_TCK)" | bc -l)" \
+	"$(echo "($wchar1 - $wchar0) / 1000000" | bc -l)" "$(echo "($wchar1 - $wchar0) / 1000 / $entries" | bc -l)"
 python3 - "$D.before" "$D.after" "$entries" <<'EOF'
 import collections, re, sys
 

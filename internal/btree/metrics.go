@@ -86,8 +86,15 @@ func (t *Tree) Metrics() Metrics {
 	}
 }
 
+// MetricsRegisterer is what a PageStore implements to have its own
+// counters exported with the tree's (the extent store adapter's page
+// deltas).
+type MetricsRegisterer interface {
+	RegisterMetrics(reg prometheus.Registerer) error
+}
+
 // RegisterMetrics exports the counters to reg (never the global registry)
-// as arbor_btree_* series.
+// as arbor_btree_* series, and the store's if it is a MetricsRegisterer.
 func (t *Tree) RegisterMetrics(reg prometheus.Registerer) error {
 	c := &t.metrics
 	counter := func(name, help string, v *atomic.Int64) prometheus.Collector {
@@ -119,6 +126,9 @@ func (t *Tree) RegisterMetrics(reg prometheus.Registerer) error {
 		if err := reg.Register(col); err != nil {
 			return err
 		}
+	}
+	if m, ok := t.store.(MetricsRegisterer); ok {
+		return m.RegisterMetrics(reg)
 	}
 	return nil
 }

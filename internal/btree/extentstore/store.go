@@ -25,6 +25,20 @@
 //
 // Pointers: the B-tree's PageRef has no read-only bit; the B-tree only
 // uses read-write blocks, so it maps to ReadOnly false.
+//
+// Page deltas (issue 11; internal/extent delta.go): the adapter keeps the
+// bytes of the pages it read and wrote, at their slots, in a byte-bounded
+// LRU (Config.DeltaCacheBytes; basecache.go). An OpWrite whose Slot is the
+// cached slot of its page goes as an edit script against those bytes
+// (extent.WriteDelta) when the script is at most half the page, which a
+// B-tree insert's is by far. If the extent refuses the commit as
+// ErrInvalid while it carried deltas (ErrDeltaMismatch: a script did not
+// rebuild its page; or a replica that predates deltas), nothing changed:
+// the adapter forgets the bases it used and sends the same commit once
+// more with full images. That resend is the one retry here, and it is not
+// a retry of what the caller decides: the first attempt was refused
+// before it changed anything. Counters: Metrics, exported as
+// arbor_btree_page_write*_total and arbor_btree_delta_*.
 package extentstore
 
 import (
@@ -46,15 +60,37 @@ type Client interface {
 	Recover(ctx context.Context, ref extent.TxnRef) (extent.Outcome, error)
 }
 
+// DefaultDeltaCacheBytes is the default bound of the page bytes the
+// adapter keeps to encode deltas against: a metadata server's working set
+// of leaves (its leaf cache is as large) with room to spare.
+const DefaultDeltaCacheBytes = 64 << 20
+
+// Config configures a Store.
+type Config struct {
+	// DeltaCacheBytes bounds the page bytes kept as delta bases (0:
+	// DefaultDeltaCacheBytes; negative: none, every write a full image).
+	DeltaCacheBytes int64
+}
+
 // Store is a btree.PageStore over the extent store.
 type Store struct {
-	c Client
+	c       Client
+	bases   *baseCache
+	metrics counters
 }
 
 var _ btree.PageStore = (*Store)(nil)
 
-// New returns the adapter over c.
-func New(c Client) *Store { return &Store{c: c} }
+// New returns the adapter over c with the default configuration.
+func New(c Client) *Store { return NewWithConfig(c, Config{}) }
+
+// NewWithConfig returns the adapter over c.
+func NewWithConfig(c Client, cfg Config) *Store {
+	if cfg.DeltaCacheBytes == 0 {
+		cfg.DeltaCacheBytes = DefaultDeltaCacheBytes
+	}
+	return &Store{c: c, bases: newBaseCache(cfg.DeltaCacheBytes)}
+}
 
 func pointer(r btree.PageRef) extent.Pointer {
 	return extent.Pointer{Extent: r.Extent, Page: r.Page, Generation: r.Generation, Tenant: r.Tenant}
@@ -82,30 +118,15 @@ func (s *Store) Read(ctx context.Context, ref btree.PageRef) ([]byte, uint64, er
 	if err != nil {
 		return nil, 0, mapError(err, ref, false)
 	}
+	s.bases.put(ref, p.Slot, p.Data)
 	return p.Data, p.Slot, nil
 }
 
 // Commit implements btree.PageStore.
 func (s *Store) Commit(ctx context.Context, ops []btree.Op) ([]uint64, error) {
-	elems := make([]extent.Element, len(ops))
-	for i, op := range ops {
-		switch op.Kind {
-		case btree.OpWrite:
-			elems[i] = extent.Write(pointer(op.Ref), op.Slot, op.Data)
-		case btree.OpCheck:
-			elems[i] = extent.Check(pointer(op.Ref), op.Slot)
-		case btree.OpWriteFresh:
-			elems[i] = extent.Write(pointer(op.Ref), 0, op.Data)
-		case btree.OpAllocBlock:
-			if op.Ref.Generation != op.Slot+1 {
-				return nil, fmt.Errorf("%w: op %d: allocation must take generation %d to %d", btree.ErrInvalid, i, op.Slot, op.Slot+1)
-			}
-			elems[i] = extent.AllocateBlock(extent.FreeBlock{Extent: op.Ref.Extent, Page: op.Ref.Page, Generation: op.Slot}, op.Ref.Tenant)
-		case btree.OpFreeBlock:
-			elems[i] = extent.Free(pointer(op.Ref))
-		default:
-			return nil, fmt.Errorf("%w: op %d: unknown kind %v", btree.ErrInvalid, i, op.Kind)
-		}
+	elems, deltas, err := s.elements(ops, true)
+	if err != nil {
+		return nil, err
 	}
 	var ref btree.PageRef
 	if len(ops) > 0 {
@@ -120,7 +141,24 @@ func (s *Store) Commit(ctx context.Context, ops []btree.Op) ([]uint64, error) {
 		}
 		return make([]uint64, len(ops)), nil
 	}
+	s.countSent(elems, ops)
 	res, err := s.c.Commit(ctx, elems)
+	if err != nil && deltas > 0 && errors.Is(err, extent.ErrInvalid) {
+		// Refused before anything changed: a delta that did not rebuild
+		// its page (a base that is not the page at its slot), or a
+		// replica that knows no deltas. Full images, once.
+		s.metrics.fallbacks.Add(1)
+		for i, e := range elems {
+			if e.Delta != nil {
+				s.bases.drop(ops[i].Ref, ops[i].Slot)
+			}
+		}
+		if elems, _, err = s.elements(ops, false); err != nil {
+			return nil, err
+		}
+		s.countSent(elems, ops)
+		res, err = s.c.Commit(ctx, elems)
+	}
 	if err != nil {
 		return nil, mapError(err, ref, true)
 	}
@@ -131,6 +169,7 @@ func (s *Store) Commit(ctx context.Context, ops []btree.Op) ([]uint64, error) {
 		}
 		if op.Kind == btree.OpWrite || op.Kind == btree.OpWriteFresh {
 			slots[i] = res[i].Slot
+			s.bases.put(op.Ref, slots[i], op.Data)
 		}
 		if op.Kind != btree.OpAllocBlock {
 			continue
@@ -144,6 +183,41 @@ func (s *Store) Commit(ctx context.Context, ops []btree.Op) ([]uint64, error) {
 		}
 	}
 	return slots, nil
+}
+
+// elements translates ops; with deltas, an OpWrite whose base is cached at
+// its slot goes as a page delta when that pays (deltas counts them).
+func (s *Store) elements(ops []btree.Op, deltas bool) (elems []extent.Element, n int, err error) {
+	elems = make([]extent.Element, len(ops))
+	for i, op := range ops {
+		switch op.Kind {
+		case btree.OpWrite:
+			elems[i] = extent.Write(pointer(op.Ref), op.Slot, op.Data)
+			if !deltas {
+				break
+			}
+			if base, ok := s.bases.get(op.Ref, op.Slot); ok {
+				if d, ok := extent.EncodeDelta(base, op.Data); ok {
+					elems[i] = extent.WriteDelta(pointer(op.Ref), op.Slot, d)
+					n++
+				}
+			}
+		case btree.OpCheck:
+			elems[i] = extent.Check(pointer(op.Ref), op.Slot)
+		case btree.OpWriteFresh:
+			elems[i] = extent.Write(pointer(op.Ref), 0, op.Data)
+		case btree.OpAllocBlock:
+			if op.Ref.Generation != op.Slot+1 {
+				return nil, 0, fmt.Errorf("%w: op %d: allocation must take generation %d to %d", btree.ErrInvalid, i, op.Slot, op.Slot+1)
+			}
+			elems[i] = extent.AllocateBlock(extent.FreeBlock{Extent: op.Ref.Extent, Page: op.Ref.Page, Generation: op.Slot}, op.Ref.Tenant)
+		case btree.OpFreeBlock:
+			elems[i] = extent.Free(pointer(op.Ref))
+		default:
+			return nil, 0, fmt.Errorf("%w: op %d: unknown kind %v", btree.ErrInvalid, i, op.Kind)
+		}
+	}
+	return elems, n, nil
 }
 
 // FreeBlocks implements btree.PageStore.

@@ -47,6 +47,24 @@ type env struct {
 	c       *extenttest.Cluster
 	extents []uint64
 	root    btree.PageRef
+
+	mu     sync.Mutex
+	stores []*Store // the adapters open made
+}
+
+// deltas sums the page-delta counters of the adapters open made.
+func (e *env) deltas() (m Metrics) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.stores {
+		sm := s.Metrics()
+		m.PageWrites += sm.PageWrites
+		m.DeltaWrites += sm.DeltaWrites
+		m.DeltaFallbacks += sm.DeltaFallbacks
+		m.PageBytes += sm.PageBytes
+		m.PageWriteBytes += sm.PageWriteBytes
+	}
+	return m
 }
 
 func newEnv(t *testing.T, seed uint64) *env {
@@ -72,8 +90,12 @@ func newEnv(t *testing.T, seed uint64) *env {
 // open returns a tree client over its own extent client, faulted by inj.
 func (e *env) open(t testing.TB, inj *faults.Injector) *btree.Tree {
 	t.Helper()
+	store := New(e.c.Client(inj))
+	e.mu.Lock()
+	e.stores = append(e.stores, store)
+	e.mu.Unlock()
 	tr, err := btree.Open(context.Background(), btree.Config{
-		Store: New(e.c.Client(inj)), Root: e.root, Extents: e.extents,
+		Store: store, Root: e.root, Extents: e.extents,
 		MaxKeyBytes: 16, MaxValueBytes: 64, MaxAttempts: 200,
 		MinBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 	})
@@ -212,8 +234,12 @@ func TestModelSequentialOnExtents(t *testing.T) {
 			return func() { _ = inj.SetConfig(faults.Config{}) }
 		},
 	})
-	t.Logf("%d ops (%d ambiguous, %d gave up); tree height %d pages %v extents %v; metrics %+v",
-		rep.Ops, rep.Ambiguous, rep.GaveUp, rep.Check.Height, rep.Check.Pages, rep.Check.Extents, tr.Metrics())
+	d := e.deltas()
+	t.Logf("%d ops (%d ambiguous, %d gave up); tree height %d pages %v extents %v; metrics %+v; page writes %d, %d of them deltas, %d fallbacks",
+		rep.Ops, rep.Ambiguous, rep.GaveUp, rep.Check.Height, rep.Check.Pages, rep.Check.Extents, tr.Metrics(), d.PageWrites, d.DeltaWrites, d.DeltaFallbacks)
+	if d.DeltaWrites == 0 {
+		t.Error("no page delta sent: the run did not exercise them")
+	}
 }
 
 // TestModelConcurrentOnExtents: concurrent clients on real extents, with
@@ -343,8 +369,12 @@ func TestModelConcurrentOnExtents(t *testing.T) {
 			round, rep.Ops, rep.Ambiguous, rep.GaveUp, len(rep.Final), rep.Check.Height, rep.Check.Pages, rep.Check.Extents,
 			m.Splits, m.Merges, m.Redistributions, m.Resolves, m.Retries)
 	}
-	t.Logf("%d rounds: %d operations (%d ambiguous) linearize, through %d node kills (%d leaders), %d splits and %d merges",
-		rounds, totalOps, totalAmbiguous, totalKills, totalLeaderKills, splits, merges)
+	d := e.deltas()
+	t.Logf("%d rounds: %d operations (%d ambiguous) linearize, through %d node kills (%d leaders), %d splits and %d merges; page writes %d, %d of them deltas, %d fallbacks",
+		rounds, totalOps, totalAmbiguous, totalKills, totalLeaderKills, splits, merges, d.PageWrites, d.DeltaWrites, d.DeltaFallbacks)
+	if d.DeltaWrites == 0 {
+		t.Error("no page delta sent: the run did not exercise them")
+	}
 	if splits == 0 || merges == 0 {
 		t.Errorf("the clients made %d splits and %d merges: the run did not go through both", splits, merges)
 	}
