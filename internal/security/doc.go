@@ -15,7 +15,11 @@
 //	arbor://tenant/T      a client of tenant T (client usage)
 //
 // The subject's common name repeats the holder's name for people reading
-// the certificate; only the URI counts. Names are 1 to 64 letters, digits,
+// the certificate; only the URI counts. A tenant is its name: everything
+// it owns (file systems, blobs, its KV space, ExtentTenant's block owner)
+// is keyed by the name, so a name is given to a new tenant only once
+// nothing of an earlier tenant of that name remains, its credentials
+// included (arbor tenant create and delete: cmd/arbor/tenant.go). Names are 1 to 64 letters, digits,
 // '.', '_' or '-', starting with a letter or digit.
 //
 // Files. A CA directory holds ca.crt and ca.key (0600). Certificates and

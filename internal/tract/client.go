@@ -726,3 +726,55 @@ func (c *Client) ScrubNode(ctx context.Context, node uint64, verify bool) (*tpb.
 	}
 	return resp, nil
 }
+
+// TenantBlobs lists the live blobs of tenant (empty: the cluster's own),
+// at most limit of them: it asks every tractserver of the current TLT for
+// the blob records it holds as a row's primary (ListBlobs, page by page).
+// An administrator's question (arbor tenant delete and create ask it of
+// the tenant they change); a tenant's credential sees only its own blobs.
+func (c *Client) TenantBlobs(ctx context.Context, tenant string, limit int) ([]GUID, error) {
+	t, err := c.RefreshTLT(ctx)
+	if err != nil {
+		return nil, err
+	}
+	servers := map[ServerID]bool{}
+	for _, r := range t.Rows {
+		for _, s := range r.Slots {
+			servers[s] = true
+		}
+	}
+	seen := map[GUID]bool{}
+	var out []GUID
+	for s := range servers {
+		cl, err := c.server(ctx, s)
+		if err != nil {
+			return nil, fmt.Errorf("tract: list the blobs of tractserver %s: %w", s, err)
+		}
+		var after []byte
+		for {
+			resp, err := cl.ListBlobs(ctx, &tpb.ListBlobsRequest{Disk: s.Disk, AfterGuid: after})
+			if err != nil {
+				return nil, fmt.Errorf("tract: list the blobs of tractserver %s: %w", s, err)
+			}
+			for _, b := range resp.GetBlobs() {
+				g, err := guidFromBytes(b.GetGuid())
+				if err != nil {
+					return nil, fmt.Errorf("tract: tractserver %s lists blob %x: %w", s, b.GetGuid(), err)
+				}
+				after = b.GetGuid()
+				if b.GetMeta().GetTenant() != tenant || b.GetMeta().GetDeleted() || seen[g] {
+					continue
+				}
+				seen[g] = true
+				out = append(out, g)
+				if len(out) >= limit {
+					return out, nil
+				}
+			}
+			if !resp.GetMore() || len(resp.GetBlobs()) == 0 {
+				break
+			}
+		}
+	}
+	return out, nil
+}

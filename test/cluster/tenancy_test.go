@@ -335,3 +335,82 @@ func readFile(ctx context.Context, t *testing.T, cl *client.Cluster, rec *dpb.Fi
 		t.Errorf("acme's file: %d bytes, %v; want its %d bytes", n, err, len(want))
 	}
 }
+
+// TestTenantNameReuseInheritsNothing: a tenant's identity is its name, so
+// a tenant deleted and created again by the same name must find nothing of
+// the earlier one (issue 15 review). tenant delete is refused while the
+// tenant owns a file system, a blob or KV keys; the name is not given
+// again while the deleted tenant's credentials are valid (their holders
+// would be the new tenant), nor while anything they created since
+// remains; once nothing does, the name is free.
+func TestTenantNameReuseInheritsNothing(t *testing.T) {
+	c := devclustertest.Start(t, devcluster.Options{Nodes: 2, DirectoryVoters: 1})
+	bin := devclustertest.Binary(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	run := func(creds string, args ...string) (string, error) {
+		args = append(args, "--cluster", strings.Join(c.DirectoryAddrs(), ","), "--cluster-id", c.ClusterID(), "--credentials", creds, "--timeout", "20s")
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "ARBOR_CREDENTIALS=")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	admin := c.AdminCredentialFile()
+	must := func(creds string, args ...string) string {
+		t.Helper()
+		out, err := run(creds, args...)
+		if err != nil {
+			t.Fatalf("arbor %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	refusedWith := func(want string, creds string, args ...string) {
+		t.Helper()
+		out, err := run(creds, args...)
+		if err == nil || !strings.Contains(out, want) {
+			t.Fatalf("arbor %s: %v\n%s\nwant a refusal saying %q", strings.Join(args, " "), err, out, want)
+		}
+	}
+
+	must(admin, "tenant", "create", "acme")
+	acme := filepath.Join(dir, "acme.pem")
+	const validFor = 15 * time.Second
+	issued := time.Now()
+	if out, err := exec.CommandContext(ctx, bin, "tenant", "credential", "acme", acme, "--dir", c.Dir(), "--valid-for", validFor.String()).CombinedOutput(); err != nil {
+		t.Fatalf("tenant credential: %v\n%s", err, out)
+	}
+	must(acme, "fs", "create", "afs")
+	blobFile := filepath.Join(dir, "blob.bin")
+	if err := os.WriteFile(blobFile, []byte("acme's blob"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	blobID := strings.TrimSpace(must(acme, "blob", "put", blobFile))
+	must(acme, "kv", "put", "k", "acme-value")
+
+	out, err := run(admin, "tenant", "delete", "acme")
+	if err == nil || !strings.Contains(out, "afs") || !strings.Contains(out, blobID) || !strings.Contains(out, "KV space") {
+		t.Fatalf("tenant delete while acme owns afs, blob %s and a key: %v\n%s", blobID, err, out)
+	}
+	must(admin, "fs", "delete", "afs")
+	must(admin, "blob", "rm", blobID)
+	must(admin, "kv", "del", "k", "--tenant", "acme")
+	must(admin, "tenant", "delete", "acme")
+	if out := must(admin, "tenant", "list"); strings.Contains(out, "acme") {
+		t.Fatalf("tenant list after delete:\n%s", out)
+	}
+
+	// The deleted tenant's credential is valid still, and the servers
+	// take it: what it creates now would be the next acme's.
+	later := strings.TrimSpace(must(acme, "blob", "put", blobFile))
+	refusedWith("credentials issued to it are valid until", admin, "tenant", "create", "acme")
+	if wait := time.Until(issued.Add(validFor + 2*time.Second)); wait > 0 {
+		time.Sleep(wait)
+	}
+	refusedWith(later, admin, "tenant", "create", "acme")
+	must(admin, "blob", "rm", later)
+	must(admin, "tenant", "create", "acme")
+	if out := must(admin, "fs", "list", "--json"); strings.Contains(out, "afs") {
+		t.Errorf("the new acme's cluster lists the old acme's file system:\n%s", out)
+	}
+}
