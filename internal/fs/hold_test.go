@@ -93,3 +93,59 @@ func TestDataHold(t *testing.T) {
 		t.Fatalf("hold round trip: %+v, %v", got, err)
 	}
 }
+
+// TestCreateHold: a file created under its session's hold
+// (WithCreateHold) makes other sessions wait from its creation on; an
+// unhold that comes with attribute changes makes both in one
+// transaction, and another session's does not clear the hold.
+func TestCreateHold(t *testing.T) {
+	e := newEnv(t, 64<<10)
+	f := e.open(0)
+	bg := context.Background()
+	s1, s2 := WithSession(bg, 1), WithSession(bg, 2)
+	a := must[Attr](t)(f.Create(WithCreateHold(s1), RootHandle, "f", 0o644, Cred{}))
+	if n, _ := f.headInode(bg, a.Handle); n.HoldSession != 1 {
+		t.Fatalf("a create under a hold left %+v", n)
+	}
+	// Without a session there is no hold to place; directories get none.
+	plain := must[Attr](t)(f.Create(WithCreateHold(bg), RootHandle, "plain", 0o644, Cred{}))
+	d := must[Attr](t)(f.Mkdir(WithCreateHold(s1), RootHandle, "d", 0o755, Cred{}))
+	for _, h := range []Handle{plain.Handle, d.Handle} {
+		if n, _ := f.headInode(bg, h); n.HoldSession != 0 {
+			t.Fatalf("%v got a hold: %+v", h, n)
+		}
+	}
+	short, cancel := context.WithTimeout(s2, 50*time.Millisecond)
+	_, err := f.Lookup(short, RootHandle, "f")
+	cancel()
+	if err == nil {
+		t.Fatal("another session looked up a file created under a hold at once")
+	}
+	if got := must[Attr](t)(f.GetAttr(s1, a.Handle)); got.Handle != a.Handle {
+		t.Fatalf("the creator's own getattr: %+v", got)
+	}
+	// Another session's unhold with a mode: the mode changes, the hold stays.
+	must[Attr](t)(f.SetAttr(s2, a.Handle, SetAttrIn{Valid: SetUnhold | SetMode, Mode: 0o640}))
+	if n, _ := f.headInode(bg, a.Handle); n.HoldSession != 1 || n.Mode&permBits != 0o640 {
+		t.Fatalf("another session's unhold with a mode: %+v", n)
+	}
+	// The creator's: both at once, and other sessions read at once.
+	got := must[Attr](t)(f.SetAttr(s1, a.Handle, SetAttrIn{Valid: SetUnhold | SetMode | SetUid, Mode: 0o600, Uid: 42}))
+	if got.Mode&permBits != 0o600 || got.Uid != 42 {
+		t.Fatalf("unhold with attributes answered %+v", got)
+	}
+	if n, _ := f.headInode(bg, a.Handle); n.HoldSession != 0 || n.HoldUntil != 0 {
+		t.Fatalf("the creator's unhold left the hold: %+v", n)
+	}
+	short, cancel = context.WithTimeout(s2, time.Second)
+	defer cancel()
+	if got, err := f.Lookup(short, RootHandle, "f"); err != nil || got.Mode&permBits != 0o600 || got.Uid != 42 {
+		t.Fatalf("another session after the unhold: %+v, %v", got, err)
+	}
+	if err := f.WaitHolds(short); err != nil {
+		t.Fatalf("a create's hold, cleared, is still waited for: %v", err)
+	}
+	// A hold is not combined with anything.
+	_, err = f.SetAttr(s1, a.Handle, SetAttrIn{Valid: SetHold | SetMode, Mode: 0o600})
+	wantErrno(t, err, syscall.EINVAL)
+}
