@@ -12,11 +12,14 @@ package devclustertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -111,6 +114,9 @@ func Open(t testing.TB, opts devcluster.Options) *devcluster.Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Registered before Close's cleanup, so it runs after it and finds the
+	// logs complete (and before the temporary directory is removed).
+	t.Cleanup(func() { keepLogs(t, c) })
 	t.Cleanup(func() {
 		if err := c.Close(); err != nil {
 			t.Errorf("closing the cluster: %v", err)
@@ -130,6 +136,36 @@ func Start(t testing.TB, opts devcluster.Options) *devcluster.Cluster {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// ArtifactsEnv names a directory where tests leave files for a human (CI
+// uploads it). A failed cluster test copies its nodes' logs there, since
+// its cluster directory is removed with the test's temporary directory.
+const ArtifactsEnv = "ARBOR_TEST_ARTIFACTS"
+
+// keepLogs copies the logs of c's nodes to $ARBOR_TEST_ARTIFACTS/<test>/
+// if t failed: what the servers did is most of what a flaky run's failure
+// has to say, and a rerun rarely says it again.
+func keepLogs(t testing.TB, c *devcluster.Cluster) {
+	dir := os.Getenv(ArtifactsEnv)
+	if !t.Failed() || dir == "" {
+		return
+	}
+	dir = filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()), filepath.Base(c.Dir()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("keeping the nodes' logs: %v", err)
+		return
+	}
+	for _, n := range c.Nodes() {
+		b, err := os.ReadFile(n.LogPath)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("node-%d.log", n.ID)), b, 0o644)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Logf("keeping node %d's log: %v", n.ID, err)
+		}
+	}
+	t.Logf("the nodes' logs are in %s", dir)
 }
 
 // testWriter sends log lines to t.Log until the test ends; t.Log after
