@@ -195,26 +195,58 @@ func putFile(ctx context.Context, c *tract.Client, g tract.GUID, layout tract.La
 	return err
 }
 
+// transferWindowStart is how many tracts a transfer has in flight before
+// its first one completes. The tracts in flight share the link and the
+// servers fairly, so the first answer comes only once about all of them
+// have moved: with the client's whole simultaneous limit at once (256 MiB
+// of 1 MiB tracts) that is after 256 MiB, which a loaded cluster or a slow
+// link takes longer than --timeout to move, and a put that never stopped
+// moving data failed for want of an answer. Starting with a few bounds the
+// first wait by a few tracts, and each completion admitting two more
+// (TCP's slow start) reaches the full limit within log2(limit) rounds.
+const transferWindowStart = 4
+
 // forEachTract runs f for tracts 0..n-1 with at most limit at once and
-// returns the first error (the others are cancelled).
+// returns the first error (the others are cancelled). It starts with
+// transferWindowStart at once and lets one more run after each success,
+// so that answers come from the start (see transferWindowStart).
 func forEachTract(ctx context.Context, n uint64, limit int, f func(ctx context.Context, i uint64) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	limit = max(limit, 1)
 	next := make(chan uint64)
-	var once sync.Once
-	var first error
-	var wg sync.WaitGroup
-	for range max(limit, 1) {
+	var (
+		once    sync.Once
+		first   error
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		workers int
+		worker  func()
+	)
+	spawn := func() { // with mu held
+		workers++
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(ctx, i); err != nil {
-					once.Do(func() { first = err; cancel() })
-				}
-			}
-		}()
+		go worker()
 	}
+	worker = func() {
+		defer wg.Done()
+		for i := range next {
+			if err := f(ctx, i); err != nil {
+				once.Do(func() { first = err; cancel() })
+				continue
+			}
+			mu.Lock()
+			if workers < limit {
+				spawn()
+			}
+			mu.Unlock()
+		}
+	}
+	mu.Lock()
+	for range min(limit, transferWindowStart) {
+		spawn()
+	}
+	mu.Unlock()
 feed:
 	for i := range n {
 		select {

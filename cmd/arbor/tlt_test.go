@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -133,6 +134,64 @@ func TestForEachTract(t *testing.T) {
 	})
 	if !errors.Is(err, boom) {
 		t.Fatalf("forEachTract returned %v, want the first error", err)
+	}
+}
+
+// TestForEachTractSlowStart: a transfer starts with transferWindowStart
+// tracts in flight and admits one more per completion, up to the limit,
+// so its first answer never waits for the whole limit to move.
+func TestForEachTractSlowStart(t *testing.T) {
+	const n, limit = 100, 16
+	var (
+		mu                               sync.Mutex
+		inflight, completed, most, worst int
+	)
+	gate := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- forEachTract(context.Background(), n, limit, func(context.Context, uint64) error {
+			mu.Lock()
+			inflight++
+			most = max(most, inflight)
+			if over := inflight - min(limit, transferWindowStart+completed); over > worst {
+				worst = over
+			}
+			mu.Unlock()
+			<-gate
+			mu.Lock()
+			inflight--
+			completed++
+			mu.Unlock()
+			return nil
+		})
+	}()
+	// Release one tract at a time once every worker the window allows is
+	// busy, so that the window can be seen to grow to the limit.
+	for released := 0; released < n; released++ {
+		want := min(limit, transferWindowStart+released, n-released)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			now := inflight
+			mu.Unlock()
+			if now >= want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after %d completions %d tracts in flight, want %d", released, now, want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		gate <- struct{}{}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if worst > 0 {
+		t.Errorf("up to %d tracts more in flight than the window allows", worst)
+	}
+	if most != limit {
+		t.Errorf("at most %d tracts in flight, want the limit %d", most, limit)
 	}
 }
 
