@@ -310,6 +310,8 @@ func (c *Client) learn(id, node, leader uint64, err error) {
 	}
 	d, ok := detailOf(err)
 	switch {
+	case refused(err):
+		// The node answered: it refused the caller, and is not down.
 	case !ok:
 		// The node may be down, have moved, or no longer hold the extent
 		// (it was re-replicated): look all three up again, and route

@@ -87,8 +87,10 @@
 // transaction holds the page; PreparedTxn names it), ErrAborted (the
 // cross-extent transaction was fenced by recovery or passed its expiry),
 // ErrNoSpace, ErrInvalid (bad input), ErrNotFound (unknown extent),
-// ErrUnavailable (not executed: no leader, node down) and ErrAmbiguous (a
-// write's outcome is unknown). Only ErrAmbiguous may hide a change.
+// ErrUnavailable (not executed: no leader, node down), ErrPermissionDenied
+// (the node refused the caller's credential what the call names: a tenant
+// naming another owner's page; not retried) and ErrAmbiguous (a write's
+// outcome is unknown). Only ErrAmbiguous may hide a change.
 //
 // # Slots, ownership, allocation
 //

@@ -48,6 +48,11 @@ var (
 	// ErrAmbiguous: a write may or may not have been applied (the reply was
 	// lost, the deadline passed after it was sent).
 	ErrAmbiguous = errors.New("extent: outcome unknown")
+	// ErrPermissionDenied: the caller's credential may not reach what the
+	// call names (a tenant naming another owner's page, block or
+	// transaction: tenancy.go), or no credential was accepted; nothing
+	// ran, and asking again changes nothing.
+	ErrPermissionDenied = errors.New("extent: permission denied")
 )
 
 // TxnRef names a cross-extent transaction and an extent that holds a
@@ -185,6 +190,9 @@ func rpcError(op string, extent uint64, err error, write bool) *Error {
 		}
 		return e
 	}
+	if refused(err) {
+		return &Error{Kind: ErrPermissionDenied, Op: op, Extent: extent, Msg: status.Convert(err).Message()}
+	}
 	kind := ErrUnavailable
 	if write {
 		switch status.Code(err) {
@@ -196,6 +204,14 @@ func rpcError(op string, extent uint64, err error, write bool) *Error {
 		}
 	}
 	return &Error{Kind: kind, Op: op, Extent: extent, Msg: err.Error()}
+}
+
+// refused reports whether err is a node's refusal of the caller (its
+// interceptors' or tenancy checks', before the call ran): PermissionDenied
+// or Unauthenticated, without the service's detail.
+func refused(err error) bool {
+	c := status.Code(err)
+	return c == codes.PermissionDenied || c == codes.Unauthenticated
 }
 
 func newError(kind error, op string, extent uint64, format string, args ...any) *Error {

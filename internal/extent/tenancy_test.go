@@ -2,6 +2,8 @@ package extent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -17,10 +19,11 @@ import (
 	"github.com/arbor-storage/arbor/internal/security"
 )
 
-// tenantConn is node id's Extent service as tenant t's client sees it:
-// the node's guarded service behind an interceptor that gives every call
-// t's identity, as the Authorizer does from a verified certificate.
-func tenantConn(t *testing.T, c *testCluster, id uint64, tenant string) pb.ExtentClient {
+// tenantListener serves node id's Extent service as tenant t's client
+// sees it: the node's guarded service behind an interceptor that gives
+// every call t's identity, as the Authorizer does from a verified
+// certificate.
+func tenantListener(t *testing.T, c *testCluster, id uint64, tenant string) *bufconn.Listener {
 	t.Helper()
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		return h(security.WithIdentity(ctx, security.Tenant(tenant)), req)
@@ -28,13 +31,72 @@ func tenantConn(t *testing.T, c *testCluster, id uint64, tenant string) pb.Exten
 	c.node(id).node.Register(srv)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis
+}
+
+// tenantConn is node id's Extent service as tenant t's client sees it.
+func tenantConn(t *testing.T, c *testCluster, id uint64, tenant string) pb.ExtentClient {
+	t.Helper()
+	lis := tenantListener(t, c, id, tenant)
 	conn, err := grpc.NewClient("passthrough:///"+tenant, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = conn.Close(); srv.Stop() })
+	t.Cleanup(func() { _ = conn.Close() })
 	return pb.NewExtentClient(conn)
+}
+
+// tenantClient is a Client whose calls reach nodes 1..n as tenant's.
+func tenantClient(t *testing.T, c *testCluster, n uint64, tenant string) *Client {
+	t.Helper()
+	lis := map[string]*bufconn.Listener{}
+	for id := uint64(1); id <= n; id++ {
+		lis[nodeAddr(id)] = tenantListener(t, c, id, tenant)
+	}
+	cl, err := NewClient(ClientConfig{Directory: c.dir, Logger: c.logger, CallTimeout: 2 * time.Second, DialOptions: []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			if l := lis[addr]; l != nil {
+				return l.DialContext(ctx)
+			}
+			return nil, fmt.Errorf("no node listens at %s", addr)
+		})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// TestTenantRefusalIsPermissionDenied: the client reports a node's
+// refusal of a tenant (another owner's page) as ErrPermissionDenied at
+// once: nothing ran, so it is not retried until the deadline as an
+// unavailable node, and the node is not taken for down.
+func TestTenantRefusalIsPermissionDenied(t *testing.T) {
+	c := newTestCluster(t, 3, 16)
+	ext := c.createExtent(smallGeometry(), 1, 2, 3)
+	acme, bob := tenantClient(t, c, 3, "acme"), tenantClient(t, c, 3, "bob")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rs := retry(t, "acme allocates a block", 10*time.Second, func(ctx context.Context) ([]Result, error) {
+		return acme.Commit(ctx, []Element{Allocate(ext, security.ExtentTenant("acme"))})
+	})
+	start := time.Now()
+	_, err := bob.ReadPage(ctx, rs[0].Block)
+	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("bob reads acme's page: %v, want ErrPermissionDenied", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the refusal took %v: retried as if nothing had answered", took)
+	}
+	bob.mu.Lock()
+	down := len(bob.down)
+	bob.mu.Unlock()
+	if down != 0 {
+		t.Errorf("bob's client takes %d node(s) for down after a refusal", down)
+	}
 }
 
 // TestTenantCannotStepAnotherOwnersTransaction is issue 15's review

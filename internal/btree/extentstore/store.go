@@ -19,7 +19,8 @@
 //   - Errors: ErrConflict and ErrAborted (a cross-extent transaction that
 //     lost, nothing applied) become btree.ErrConflict; ErrStale,
 //     ErrNoSpace, ErrUnavailable and ErrAmbiguous keep their meaning;
-//     ErrInvalid and ErrNotFound become btree.ErrInvalid; ErrPrepared with
+//     ErrInvalid, ErrNotFound and ErrPermissionDenied (a refused
+//     credential: nothing ran) become btree.ErrInvalid; ErrPrepared with
 //     its holder becomes a *btree.PreparedError. The extent error stays
 //     wrapped for its details.
 //
@@ -269,7 +270,7 @@ func mapError(err error, ref btree.PageRef, write bool) error {
 		return fmt.Errorf("%w: %w", btree.ErrStale, err)
 	case errors.Is(err, extent.ErrNoSpace):
 		return fmt.Errorf("%w: %w", btree.ErrNoSpace, err)
-	case errors.Is(err, extent.ErrInvalid), errors.Is(err, extent.ErrNotFound):
+	case errors.Is(err, extent.ErrInvalid), errors.Is(err, extent.ErrNotFound), errors.Is(err, extent.ErrPermissionDenied):
 		return fmt.Errorf("%w: %w", btree.ErrInvalid, err)
 	case errors.Is(err, extent.ErrUnavailable):
 		return fmt.Errorf("%w: %w", btree.ErrUnavailable, err)
