@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"sync"
 )
 
 // Page deltas (issue 11): a write that names the slot its writer read may
@@ -57,11 +58,11 @@ const (
 	// 6 bytes for an 8 KiB page) and splits the literal around it (another
 	// header), so shorter runs are cheaper left in the literal.
 	deltaMinRun = 16
-	// deltaMaxFraction: a delta is sent only if its script is at most
-	// 1/deltaMaxFraction of the new page; otherwise the full image is
-	// (the saving would not pay for the replica's rebuild, and a full
-	// image cannot miss its base).
-	deltaMaxFraction = 2
+	// deltaMaxFractionNum/Den: a delta is sent only if its script is at
+	// most that fraction of the new page; otherwise the full image is (a
+	// full image cannot miss its base, and a small saving is not worth a
+	// fallback's second round).
+	deltaMaxFractionNum, deltaMaxFractionDen = 1, 2
 )
 
 // ErrDeltaMismatch is the kind of a write refused because its edit script
@@ -77,18 +78,39 @@ func pageCRC(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // EncodeDelta returns the edit script that turns old into new: the common
 // prefix and suffix (so an insert or delete in the middle keeps the
-// shifted tail as one copy), and between them equal runs at the same
-// offset (a page header whose count, length and checksum change) copied,
-// the rest inserted. An insert into a sorted B-tree page encodes in a
-// handful of operations. ok is false when the script would not be much
-// smaller than new (more than half of it): send the full image then.
+// shifted tail as one copy); between them, equal runs at the same offset
+// (a page header whose count, length and checksum change), and runs found
+// elsewhere in old through a small hash index of its 8-byte strings (the
+// stretch between two inserts of one commit, shifted by the first; the
+// entries a split keeps, shifted by a new fence) copied; the rest
+// inserted. An insert into a sorted B-tree page encodes in a handful of
+// operations. ok is false when the script would not be much smaller than
+// new (more than deltaMaxFraction of it): send the full image then.
 // EncodeDelta keeps no reference to old or new.
 func EncodeDelta(old, new []byte) (d PageDelta, ok bool) {
-	limit := len(new) / deltaMaxFraction
+	limit := len(new) * deltaMaxFractionNum / deltaMaxFractionDen
 	if len(new) > maxPageSizeBytes || limit == 0 {
 		return PageDelta{}, false
 	}
 	return encodeDelta(old, new, limit)
+}
+
+// Anchors: positions of old, every anchorStride bytes, indexed by a hash
+// of the anchorBytes bytes there. A run of at least deltaMinRun equal
+// bytes holds an indexed position, where the lookup finds it; the match
+// is then extended both ways.
+const (
+	anchorBytes     = 8
+	anchorStride    = 4
+	anchorTableBits = 12
+)
+
+type anchorTable [1 << anchorTableBits]int32 // position+1; 0: none
+
+var anchorTables = sync.Pool{New: func() any { return new(anchorTable) }}
+
+func anchorHash(b []byte) uint32 {
+	return uint32((binary.LittleEndian.Uint64(b) * 0x9E3779B97F4A7C15) >> (64 - anchorTableBits))
 }
 
 // encodeDelta is EncodeDelta with the script's size limit given (tests
@@ -96,9 +118,15 @@ func EncodeDelta(old, new []byte) (d PageDelta, ok bool) {
 func encodeDelta(old, new []byte, limit int) (d PageDelta, ok bool) {
 	prefix := equalPrefix(old, new)
 	suffix := equalSuffix(old[prefix:], new[prefix:])
-	end := len(new) - suffix // the middle is new[prefix:end]
+	end, oldEnd := len(new)-suffix, len(old)-suffix // the middles are new[prefix:end], old[prefix:oldEnd]
 	e := deltaEncoder{script: make([]byte, 0, 64)}
 	e.copy(0, prefix)
+	var anchors *anchorTable // built when the same offset first fails
+	defer func() {
+		if anchors != nil {
+			anchorTables.Put(anchors)
+		}
+	}()
 	lit := prefix // start of the pending literal
 	for i := prefix; i < end; {
 		if i < len(old) && old[i] == new[i] {
@@ -110,6 +138,29 @@ func encodeDelta(old, new []byte, limit int) (d PageDelta, ok bool) {
 			}
 			i = j
 			continue
+		}
+		if end-i >= anchorBytes && oldEnd-prefix >= anchorBytes {
+			if anchors == nil {
+				anchors = anchorTables.Get().(*anchorTable)
+				clear(anchors[:])
+				for j := prefix; j+anchorBytes <= oldEnd; j += anchorStride {
+					anchors[anchorHash(old[j:])] = int32(j + 1)
+				}
+			}
+			if j := int(anchors[anchorHash(new[i:])]) - 1; j >= 0 {
+				n := equalPrefix(old[j:], new[i:end])
+				back := 0
+				for back < i-lit && back < j && old[j-back-1] == new[i-back-1] {
+					back++
+				}
+				if n+back >= deltaMinRun {
+					e.insert(new[lit : i-back])
+					e.copy(j-back, n+back)
+					i += n
+					lit = i
+					continue
+				}
+			}
 		}
 		i++
 		if len(e.script)+(i-lit) > limit {

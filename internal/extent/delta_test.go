@@ -79,9 +79,23 @@ func TestDeltaOfAnInsert(t *testing.T) {
 		nk := append(append(append([][]byte{}, keys[:at]...), []byte("new-key")), keys[at:]...)
 		new := sortedPage(nk, 8, []uint64{7, 6, 5})
 		d := mustRoundTrip(t, old, new)
-		if ops := countOps(t, d.Script); ops > 8 || len(d.Script) > 160 {
+		if ops := countOps(t, d.Script); ops > 10 || len(d.Script) > 160 {
 			t.Errorf("insert at %d of a %d-byte page: %d ops, %d bytes", at, len(new), ops, len(d.Script))
 		}
+	}
+	// Two inserts in one commit: the stretch between them is shifted by
+	// the first.
+	two := append(append(append([][]byte{}, keys[:30]...), []byte("first")), keys[30:120]...)
+	two = append(append(two, []byte("second")), keys[120:]...)
+	if d := mustRoundTrip(t, old, sortedPage(two, 8, []uint64{7, 6, 5})); countOps(t, d.Script) > 24 || len(d.Script) > 250 {
+		t.Errorf("two inserts: %d ops, %d bytes", countOps(t, d.Script), len(d.Script))
+	}
+	// A split's left half with a longer header (a new fence): the kept
+	// entries shifted by the fence, the rest gone.
+	left := sortedPage(keys[:75], 8, []uint64{7, 6, 5})
+	left = append(append(left[:80:80], []byte("\x00\x09hi-fence!")...), left[80:]...)
+	if d := mustRoundTrip(t, old, left); countOps(t, d.Script) > 10 || len(d.Script) > 120 {
+		t.Errorf("split's left half: %d ops, %d bytes", countOps(t, d.Script), len(d.Script))
 	}
 	// A delete and a same-size value change.
 	del := sortedPage(append(append([][]byte{}, keys[:40]...), keys[41:]...), 8, []uint64{7, 6, 5})
