@@ -14,6 +14,7 @@ type counters struct {
 	writes, writeBytes, pageBytes atomic.Int64
 	deltas, deltaSavedBytes       atomic.Int64
 	fallbacks                     atomic.Int64
+	noBase, notWorth              atomic.Int64
 }
 
 // Metrics is a snapshot of what a Store sent since it was made.
@@ -30,6 +31,11 @@ type Metrics struct {
 	// (ErrDeltaMismatch, or an extent that predates deltas) and sent
 	// again with full images.
 	DeltaFallbacks int64
+	// DeltaNoBase counts page writes at a slot (OpWrite) that went as
+	// full images because no base was cached at that slot; DeltaNotWorth
+	// those whose script would have been more than half the page. Writes
+	// of fresh pages (OpWriteFresh) have no base and count in neither.
+	DeltaNoBase, DeltaNotWorth int64
 	// CachedBases and CachedBaseBytes are the delta bases held (pages,
 	// and bytes counted against Config.DeltaCacheBytes).
 	CachedBases     int
@@ -43,8 +49,8 @@ func (s *Store) Metrics() Metrics {
 	return Metrics{
 		PageWrites: c.writes.Load(), PageWriteBytes: c.writeBytes.Load(), PageBytes: c.pageBytes.Load(),
 		DeltaWrites: c.deltas.Load(), DeltaSavedBytes: c.deltaSavedBytes.Load(),
-		DeltaFallbacks: c.fallbacks.Load(),
-		CachedBases:    n, CachedBaseBytes: b,
+		DeltaFallbacks: c.fallbacks.Load(), DeltaNoBase: c.noBase.Load(), DeltaNotWorth: c.notWorth.Load(),
+		CachedBases: n, CachedBaseBytes: b,
 	}
 }
 
@@ -84,6 +90,8 @@ func (s *Store) RegisterMetrics(reg prometheus.Registerer) error {
 		counter("delta_writes_total", "Page writes sent as deltas.", &c.deltas),
 		counter("delta_saved_bytes_total", "Page bytes not sent thanks to deltas.", &c.deltaSavedBytes),
 		counter("delta_fallbacks_total", "Commits refused with deltas and sent again with full images.", &c.fallbacks),
+		counter("delta_no_base_total", "Page writes at a slot sent as images: no base cached at that slot.", &c.noBase),
+		counter("delta_not_worth_total", "Page writes at a slot sent as images: the delta would exceed half the page.", &c.notWorth),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "arbor", Subsystem: "btree", Name: "delta_base_bytes", Help: "Bytes of delta bases held."},
 			func() float64 { _, b := s.bases.stats(); return float64(b) }),
 	}

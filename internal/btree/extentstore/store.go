@@ -197,12 +197,18 @@ func (s *Store) elements(ops []btree.Op, deltas bool) (elems []extent.Element, n
 			if !deltas {
 				break
 			}
-			if base, ok := s.bases.get(op.Ref, op.Slot); ok {
-				if d, ok := extent.EncodeDelta(base, op.Data); ok {
-					elems[i] = extent.WriteDelta(pointer(op.Ref), op.Slot, d)
-					n++
-				}
+			base, ok := s.bases.get(op.Ref, op.Slot)
+			if !ok {
+				s.metrics.noBase.Add(1)
+				break
 			}
+			d, ok := extent.EncodeDelta(base, op.Data)
+			if !ok {
+				s.metrics.notWorth.Add(1)
+				break
+			}
+			elems[i] = extent.WriteDelta(pointer(op.Ref), op.Slot, d)
+			n++
 		case btree.OpCheck:
 			elems[i] = extent.Check(pointer(op.Ref), op.Slot)
 		case btree.OpWriteFresh:
