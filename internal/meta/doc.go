@@ -210,11 +210,12 @@
 // tables (avoiding the last owner), with SetDelegation at the expected
 // epoch and require_expired, so the directory refuses while the old
 // owner's lease runs (and the old owner stopped serving a margin before
-// it). The new owner acquires the table at its next map poll; its header
-// write fences any commit the old owner, cut off but alive, has in
-// flight. Clients reread the map and retry with the same request ids. An
-// owner whose renewal finds its lease expired but the table not yet
-// reassigned takes it again at a new epoch.
+// it). It tells the new owner, which acquires the table at once (else at
+// its next map poll, every PollInterval); its header write fences any
+// commit the old owner, cut off but alive, has in flight. Clients reread
+// the map and retry with the same request ids. An owner whose renewal
+// finds its lease expired but the table not yet reassigned takes it again
+// at a new epoch.
 //
 // # Moves, splits and BORROW
 //
