@@ -96,7 +96,7 @@ func (s *Server) moveTableJob(ctx context.Context, id, to uint64, j *job) (*dpb.
 	if to == s.cfg.Node {
 		return d, nil
 	}
-	target, err := s.peers.node(ctx, to)
+	target, err := s.peers.freshNode(ctx, to)
 	if err != nil {
 		return nil, invalidf("move table %d to node %d: %v", id, to, err)
 	}

@@ -25,7 +25,12 @@ type peers struct {
 	conns   map[string]pb.MetaClient
 }
 
-const peerRefresh = 500 * time.Millisecond
+// peerRefresh is how long the node table is used before it is read
+// again (each read is a linearized directory read): node addresses
+// seldom change, and the states are hints (a server taken for alive
+// that does not answer is skipped or retried; a move checks a fresh
+// table, freshNode).
+const peerRefresh = 2 * time.Second
 
 // list returns the directory's node table (cached for peerRefresh unless
 // fresh is asked).
@@ -75,6 +80,20 @@ func (p *peers) node(ctx context.Context, id uint64) (*dpb.Node, error) {
 		return nil, fmt.Errorf("meta: node %d is not in the cluster", id)
 	}
 	return n, nil
+}
+
+// freshNode returns node id's record as the directory has it now.
+func (p *peers) freshNode(ctx context.Context, id uint64) (*dpb.Node, error) {
+	nodes, err := p.list(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		if n.GetId() == id {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("meta: node %d is not in the cluster", id)
 }
 
 // client returns a Meta client of node id.
