@@ -143,7 +143,7 @@ func Start(t testing.TB, opts devcluster.Options) *devcluster.Cluster {
 // its cluster directory is removed with the test's temporary directory.
 const ArtifactsEnv = "ARBOR_TEST_ARTIFACTS"
 
-// keepLogs copies the logs of c's nodes to $ARBOR_TEST_ARTIFACTS/<test>/
+// keepLogs copies the logs of c's nodes to $ARBOR_TEST_ARTIFACTS/<test>/cluster-*/
 // if t failed: what the servers did is most of what a flaky run's failure
 // has to say, and a rerun rarely says it again.
 func keepLogs(t testing.TB, c *devcluster.Cluster) {
@@ -151,8 +151,15 @@ func keepLogs(t testing.TB, c *devcluster.Cluster) {
 	if !t.Failed() || dir == "" {
 		return
 	}
-	dir = filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()), filepath.Base(c.Dir()))
+	// One directory per failed run: a rerun (-count) or a second cluster
+	// of the test must not overwrite the logs of the first.
+	dir = filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("keeping the nodes' logs: %v", err)
+		return
+	}
+	dir, err := os.MkdirTemp(dir, "cluster-")
+	if err != nil {
 		t.Logf("keeping the nodes' logs: %v", err)
 		return
 	}
