@@ -165,9 +165,16 @@ func artifactDir(t *testing.T) string {
 	return t.ArtifactDir()
 }
 
+// arborKillAfter bounds one CLI command of the test. The command's own
+// bound is --timeout (30 s by default) without an answer per step, and a
+// command has several steps, so a kill at 30 s (as before) cut a slow
+// but answering command short under load, and said only "signal:
+// killed" where the command would have named what it waited for.
+const arborKillAfter = 2 * time.Minute
+
 func arbor(t *testing.T, bin string, args ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), arborKillAfter)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 	if err != nil {
