@@ -34,7 +34,9 @@ type Metrics struct {
 	// DeltaNoBase counts page writes at a slot (OpWrite) that went as
 	// full images because no base was cached at that slot; DeltaNotWorth
 	// those whose script would have been more than half the page. Writes
-	// of fresh pages (OpWriteFresh) have no base and count in neither.
+	// of fresh or empty pages (OpWriteFresh, or an OpWrite at slot 0, as
+	// a split's into a never-written page of its block) have no base and
+	// count in neither.
 	DeltaNoBase, DeltaNotWorth int64
 	// CachedBases and CachedBaseBytes are the delta bases held (pages,
 	// and bytes counted against Config.DeltaCacheBytes).

@@ -197,6 +197,9 @@ func (s *Store) elements(ops []btree.Op, deltas bool) (elems []extent.Element, n
 			if !deltas {
 				break
 			}
+			if op.Slot == 0 {
+				break // an empty page: nothing to copy from
+			}
 			base, ok := s.bases.get(op.Ref, op.Slot)
 			if !ok {
 				s.metrics.noBase.Add(1)
