@@ -315,6 +315,7 @@ var nodeMetrics = func() []nodeMetric {
 		def("txn_steps_total", "Cross-extent transaction steps proposed as leader.", c, func(n *Node) float64 { return u(&n.server.stats.steps) }),
 		def("forwards_total", "Calls forwarded to an extent's leader.", c, func(n *Node) float64 { return u(&n.server.stats.forwards) }),
 		def("refused_total", "Commands refused (conflict, stale pointer, prepared, bad input).", c, func(n *Node) float64 { return u(&n.server.stats.refused) }),
+		def("delta_mismatches_total", "Page deltas refused as leader because they did not rebuild the promised page (a client's base was wrong; the client resends the image).", c, func(n *Node) float64 { return u(&n.server.stats.deltaMismatches) }),
 		def("ambiguous_total", "Writes answered with an unknown outcome.", c, func(n *Node) float64 { return u(&n.server.stats.ambiguous) }),
 		def("stale_txns_recovered_total", "Transactions past their expiry resolved by background recovery.", c, func(n *Node) float64 { return u(&n.recovered) }),
 		def("stale_txn_recoveries_failed_total", "Background recoveries left incomplete.", c, func(n *Node) float64 { return u(&n.recoverFailed) }),

@@ -62,6 +62,7 @@ type Server struct {
 
 type serverStats struct {
 	reads, commits, checks, steps, forwards, refused, ambiguous atomic.Uint64
+	deltaMismatches                                             atomic.Uint64
 }
 
 // NewServer returns the service.
@@ -193,6 +194,9 @@ func (s *Server) propose(ctx context.Context, id uint64, cmd *pb.Command) (*pb.C
 	}
 	if res.Code != pb.Code_CODE_OK {
 		s.stats.refused.Add(1)
+		if res.Code == pb.Code_CODE_DELTA_MISMATCH {
+			s.stats.deltaMismatches.Add(1)
+		}
 		return res, statusError(&pb.Error{Code: res.Code, ExtentId: id, Message: res.Message, Holder: res.Holder})
 	}
 	return res, nil
