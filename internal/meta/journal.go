@@ -295,11 +295,13 @@ func (j *journal) poll(st *journalStore) {
 }
 
 // paceLocked waits up to safePollPace before st's next poll, unless
-// someone waits for durability, the journal is half full, st has no ops
-// left, or an answer showed that st aborted entries (st.genSeen).
+// someone waits for durability, the journal is half full, or an answer
+// showed that st aborted entries (st.genSeen). It waits even when the
+// answers settled all of st's ops: the poller then stays for the next
+// ones instead of a new poller asking at once.
 func (j *journal) paceLocked(st *journalStore) {
 	deadline := time.Now().Add(safePollPace)
-	for j.waiters == 0 && j.count < maxJournal/2 && len(st.ops) > 0 && st.genSeen <= st.gen && !j.m.stopped() {
+	for j.waiters == 0 && j.count < maxJournal/2 && st.genSeen <= st.gen && !j.m.stopped() {
 		left := time.Until(deadline)
 		if left <= 0 {
 			return
