@@ -131,3 +131,42 @@ func TestCreateHoldMergesClose(t *testing.T) {
 		t.Fatalf("check: %v %+v", err, rep)
 	}
 }
+
+// noHoldMeta is a metadata service that cannot place a hold at create
+// (an older server): it says so.
+type noHoldMeta struct{ countingMeta }
+
+func (n *noHoldMeta) CreateHeld(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, bool, error) {
+	a, err := n.Create(ctx, dir, name, mode, cred, true)
+	return a, false, err
+}
+
+// TestCreateNotHeldHoldsAtClose: when the create could not place the
+// hold, the close of a file flushed after close places it, as before.
+func TestCreateNotHeldHoldsAtClose(t *testing.T) {
+	ctx := context.Background()
+	l := newLocal(t, 64<<10)
+	md := &noHoldMeta{countingMeta{Local: fsclient.Local{FS: l.engine, Session: l.session.Add(1)}}}
+	writer, err := fsclient.NewFS(fsclient.FSConfig{Meta: md, Data: &slowData{DataStore: l.data, delay: 50 * time.Millisecond},
+		Clock: l.clock, FlushAfterClose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = writer.Close(context.Background()) })
+	reader := l.client(l.engine, 0)
+	want := bytes.Repeat([]byte("no hold at create "), 10000)
+	a := must[fs.Attr](t)(writer.Create(ctx, fs.RootHandle, "f", 0o644, fs.Cred{}))
+	if _, err := writer.Write(ctx, a.Handle, 0, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.Flush(ctx, a.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if n, v := md.setAttrs.Load(), md.last.Load(); n != 1 || v != fs.SetHold {
+		t.Fatalf("the close sent %d SetAttr requests (last %#x), want its hold", n, v)
+	}
+	if ra := must[fs.Attr](t)(reader.Lookup(ctx, fs.RootHandle, "f")); ra.Size != uint64(len(want)) {
+		t.Fatalf("another client after the close sees size %d, want %d", ra.Size, len(want))
+	}
+	_ = writer.Release(ctx, a.Handle)
+}

@@ -301,9 +301,11 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 		}
 		ctx = fs.WithWant(ctx, want)
 	}
-	if req.GetHold() && req.GetKind() == pb.CreateRequest_FILE && req.GetOpen() && req.GetHeader().GetSession() != 0 && req.GetHeader().GetSnapshot() == 0 {
+	hold := req.GetHold() && req.GetKind() == pb.CreateRequest_FILE && req.GetOpen() && req.GetHeader().GetSession() != 0 && req.GetHeader().GetSnapshot() == 0
+	if hold {
 		ctx = fs.WithCreateHold(ctx)
 	}
+	held := false
 	var a fs.Attr
 	var da *pb.Attr
 	var remote struct {
@@ -333,6 +335,7 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 			if a, err = f.Create(ctx, dir, req.GetName(), req.GetMode(), cred); err == nil && req.GetOpen() {
 				f.OpenNew(ctx, a.Handle)
 			}
+			held = err == nil && hold
 		case pb.CreateRequest_NODE:
 			a, err = f.Mknod(ctx, dir, req.GetName(), req.GetMode(), req.GetRdev(), cred)
 		case pb.CreateRequest_DIRECTORY:
@@ -371,7 +374,7 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 	}
 	resp := attrResponse(e, ack, a)
 	if e == nil {
-		resp.Dir = da
+		resp.Dir, resp.Held = da, held
 	}
 	return resp, nil
 }
