@@ -313,12 +313,12 @@ func (f *FS) Create(ctx context.Context, dir fs.Handle, name string, mode uint32
 	if err := f.writable(); err != nil {
 		return fs.Attr{}, err
 	}
-	hc, canHold := f.md.(HoldCreator)
-	held := false
+	hc, held := f.md.(HoldCreator)
+	held = held && f.cfg.FlushAfterClose && !f.readOnly
 	var a fs.Attr
 	var err error
-	if canHold && f.cfg.FlushAfterClose {
-		a, held, err = hc.CreateHeld(ctx, dir, name, mode, cred)
+	if held {
+		a, err = hc.CreateHeld(ctx, dir, name, mode, cred)
 	} else {
 		a, err = f.md.Create(ctx, dir, name, mode, cred, true)
 	}

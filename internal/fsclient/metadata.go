@@ -51,10 +51,9 @@ type Metadata interface {
 // HoldCreator is implemented by a Metadata that can create a regular
 // file, open, under the session's data hold (fs.WithCreateHold): a client
 // that flushes after close then places no hold at close (files.go,
-// Flushes after close). held says whether the hold was placed (a server
-// that cannot place one creates the file without it).
+// Flushes after close).
 type HoldCreator interface {
-	CreateHeld(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (a fs.Attr, held bool, err error)
+	CreateHeld(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, error)
 }
 
 // Syncer is implemented by a Metadata whose server may answer a change
@@ -100,13 +99,13 @@ func (l Local) Create(ctx context.Context, dir fs.Handle, name string, mode uint
 }
 
 // CreateHeld implements HoldCreator.
-func (l Local) CreateHeld(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, bool, error) {
+func (l Local) CreateHeld(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, error) {
 	ctx = l.ctx(ctx)
 	a, err := l.FS.Create(fs.WithCreateHold(ctx), dir, name, mode, cred)
 	if err == nil {
 		l.FS.OpenNew(ctx, a.Handle)
 	}
-	return a, err == nil && l.Session != 0, err
+	return a, err
 }
 
 func (l Local) Mknod(ctx context.Context, dir fs.Handle, name string, mode uint32, rdev uint64, cred fs.Cred) (fs.Attr, error) {

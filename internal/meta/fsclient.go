@@ -594,21 +594,10 @@ func (m *FSClient) SetAttr(ctx context.Context, hd fs.Handle, in fs.SetAttrIn) (
 }
 
 func (m *FSClient) create(ctx context.Context, req *pb.CreateRequest) (fs.Attr, error) {
-	a, _, err := m.createHeld(ctx, req)
-	return a, err
-}
-
-// createHeld is create that also says whether the answer placed the
-// session's data hold on the new file (AttrResponse.held).
-func (m *FSClient) createHeld(ctx context.Context, req *pb.CreateRequest) (fs.Attr, bool, error) {
 	dir := handleFromPB(req.GetDir())
-	held := false
-	a, err := m.attrCall(ctx, req.GetDir().GetD(), true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
+	return m.attrCall(ctx, req.GetDir().GetD(), true, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		req.Header = h
 		resp, err := cl.Create(ctx, req)
-		if err == nil && !h.GetReplay() {
-			held = resp.GetHeld()
-		}
 		if err == nil && !h.GetReplay() && resp.GetError() == nil && resp.GetAck().GetSeq() != 0 {
 			// A replay must give what this answer says.
 			req.Want, req.WantBlob = resp.GetAttr().GetHandle(), resp.GetAttr().GetBlob()
@@ -616,7 +605,6 @@ func (m *FSClient) createHeld(ctx context.Context, req *pb.CreateRequest) (fs.At
 		m.sawDir(h, dir, resp.GetDir())
 		return resp, err
 	})
-	return a, held && err == nil, err
 }
 
 // Create implements fsclient.Metadata.
@@ -631,16 +619,15 @@ func (m *FSClient) Create(ctx context.Context, dir fs.Handle, name string, mode 
 }
 
 // CreateHeld implements fsclient.HoldCreator: Create with open, the new
-// file under the session's data hold (fs.WithCreateHold) if the server
-// says it placed it.
-func (m *FSClient) CreateHeld(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, bool, error) {
+// file under the session's data hold (fs.WithCreateHold).
+func (m *FSClient) CreateHeld(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, error) {
 	mark := m.syncMark()
-	a, held, err := m.createHeld(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_FILE, Dir: handleToPB(dir), Name: name, Mode: mode,
+	a, err := m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_FILE, Dir: handleToPB(dir), Name: name, Mode: mode,
 		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}, Open: true, Hold: m.snap == 0})
 	if err == nil {
 		m.heldOpen(ctx, a.Handle, mark)
 	}
-	return a, held, err
+	return a, err
 }
 
 // Mknod implements fsclient.Metadata.

@@ -23,19 +23,11 @@ func TestReleasesRideAlong(t *testing.T) {
 	other := x.mount(0)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	a, held, err := x.mainMD.CreateHeld(ctx, fs.RootHandle, "f", 0o644, fs.Cred{})
-	if err != nil || !held {
-		t.Fatalf("create under a hold: held %v, %v", held, err)
+	a, err := x.main.Create(ctx, fs.RootHandle, "f", 0o644, fs.Cred{})
+	if err != nil {
+		t.Fatal(err)
 	}
 	h := a.Handle
-	// The fsclient did not create it: tell it of the open, and clear the
-	// hold the fsclient does not know of.
-	if _, err := x.main.Open(ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := x.main.SetAttr(ctx, h, fs.SetAttrIn{Valid: fs.SetUnhold}); err != nil {
-		t.Fatal(err)
-	}
 	data := []byte("held open")
 	if _, err := x.main.Write(ctx, h, 0, data); err != nil {
 		t.Fatal(err)

@@ -301,11 +301,9 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 		}
 		ctx = fs.WithWant(ctx, want)
 	}
-	hold := req.GetHold() && req.GetKind() == pb.CreateRequest_FILE && req.GetOpen() && req.GetHeader().GetSession() != 0 && req.GetHeader().GetSnapshot() == 0
-	if hold {
+	if req.GetHold() && req.GetKind() == pb.CreateRequest_FILE && req.GetOpen() && req.GetHeader().GetSession() != 0 && req.GetHeader().GetSnapshot() == 0 {
 		ctx = fs.WithCreateHold(ctx)
 	}
-	held := false
 	var a fs.Attr
 	var da *pb.Attr
 	var remote struct {
@@ -335,7 +333,6 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 			if a, err = f.Create(ctx, dir, req.GetName(), req.GetMode(), cred); err == nil && req.GetOpen() {
 				f.OpenNew(ctx, a.Handle)
 			}
-			held = err == nil && hold
 		case pb.CreateRequest_NODE:
 			a, err = f.Mknod(ctx, dir, req.GetName(), req.GetMode(), req.GetRdev(), cred)
 		case pb.CreateRequest_DIRECTORY:
@@ -374,7 +371,7 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 	}
 	resp := attrResponse(e, ack, a)
 	if e == nil {
-		resp.Dir, resp.Held = da, held
+		resp.Dir = da
 	}
 	return resp, nil
 }

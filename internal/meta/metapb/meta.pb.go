@@ -825,12 +825,7 @@ type AttrResponse struct {
 	// Lookup: the object lives in a table this server does not serve, so attr
 	// is its committed state, which may miss what that table's owner
 	// answered this session early; the client asks the owner (GetAttr).
-	Foreign bool `protobuf:"varint,5,opt,name=foreign,proto3" json:"foreign,omitempty"`
-	// Create with hold: the new file is under the session's data hold
-	// (false from a server that does not place one, or from a retry
-	// answered from the reply record: the client then places its own at
-	// close).
-	Held          bool `protobuf:"varint,6,opt,name=held,proto3" json:"held,omitempty"`
+	Foreign       bool `protobuf:"varint,5,opt,name=foreign,proto3" json:"foreign,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -896,13 +891,6 @@ func (x *AttrResponse) GetDir() *Attr {
 func (x *AttrResponse) GetForeign() bool {
 	if x != nil {
 		return x.Foreign
-	}
-	return false
-}
-
-func (x *AttrResponse) GetHeld() bool {
-	if x != nil {
-		return x.Held
 	}
 	return false
 }
@@ -4564,14 +4552,13 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\tNOT_OWNER\x10\x02\x12\t\n" +
 	"\x05RETRY\x10\x03\x12\r\n" +
 	"\tAMBIGUOUS\x10\x04\x12\v\n" +
-	"\aINVALID\x10\x05\"\xde\x01\n" +
+	"\aINVALID\x10\x05\"\xca\x01\n" +
 	"\fAttrResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12'\n" +
 	"\x04attr\x18\x02 \x01(\v2\x13.arbor.meta.v1.AttrR\x04attr\x12$\n" +
 	"\x03ack\x18\x03 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\x12%\n" +
 	"\x03dir\x18\x04 \x01(\v2\x13.arbor.meta.v1.AttrR\x03dir\x12\x18\n" +
-	"\aforeign\x18\x05 \x01(\bR\aforeign\x12\x12\n" +
-	"\x04held\x18\x06 \x01(\bR\x04held\"\xb6\x01\n" +
+	"\aforeign\x18\x05 \x01(\bR\aforeign\"\xb6\x01\n" +
 	"\rErrorResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.arbor.meta.v1.ErrorR\x05error\x12$\n" +
 	"\x03ack\x18\x02 \x01(\v2\x12.arbor.meta.v1.AckR\x03ack\x12%\n" +
