@@ -25,10 +25,7 @@ const (
 	// until the session's next final block commit (or SetUnhold) clears
 	// the hold, or HoldFor passes. It changes no attribute and no time.
 	SetHold
-	// SetUnhold clears the calling session's hold (its flush failed, or
-	// it created the file under a hold it no longer needs:
-	// WithCreateHold). It may come with other attribute changes, made in
-	// the same transaction.
+	// SetUnhold clears the calling session's hold (its flush failed).
 	SetUnhold
 )
 
@@ -66,29 +63,17 @@ func (f *FS) SetAttr(ctx context.Context, h Handle, in SetAttrIn) (Attr, error) 
 	if in.Valid == 0 {
 		return f.GetAttr(ctx, h)
 	}
-	if in.Valid&SetHold != 0 {
-		if in.Valid != SetHold {
+	if in.Valid&(SetHold|SetUnhold) != 0 {
+		if in.Valid&^(SetHold|SetUnhold) != 0 || in.Valid == SetHold|SetUnhold {
 			return Attr{}, errf(syscall.EINVAL, "a data hold (%#x) goes alone, without other attribute changes", in.Valid)
 		}
-		return f.setHold(ctx, h, true)
-	}
-	unhold := in.Valid&SetUnhold != 0
-	if in.Valid == SetUnhold {
-		return f.setHold(ctx, h, false)
-	}
-	if unhold && SessionOf(ctx) == 0 {
-		return Attr{}, errf(syscall.EINVAL, "a data hold needs a session")
+		return f.setHold(ctx, h, in.Valid == SetHold)
 	}
 	var a Attr
-	unheld := false
 	err := f.update(ctx, func(w *wtx) error {
-		unheld = false
 		cur, n, err := w.inode(f.keys, h)
 		if err != nil {
 			return err
-		}
-		if unhold && n.HoldSession == SessionOf(ctx) && n.HoldSession != 0 {
-			n.HoldSession, n.HoldUntil, unheld = 0, 0, true
 		}
 		now := f.opNow(ctx).UnixNano()
 		if in.Valid&SetMode != 0 {
@@ -122,28 +107,7 @@ func (f *FS) SetAttr(ctx context.Context, h Handle, in SetAttrIn) (Attr, error) 
 		a = f.attrOf(h, n)
 		return nil
 	})
-	if err == nil && unheld {
-		f.noteHold(h, false, 0)
-	}
 	return a, err
-}
-
-// WithCreateHold returns ctx for a create whose new regular file starts
-// under the calling session's data hold (SetHold), as if the session had
-// closed it at once: a client that flushes after close then needs no
-// SetHold of its own at close, one request less per file. Other sessions
-// wait for the file from its creation on, so the client clears the hold
-// (SetUnhold) if it keeps the file open long or closes it with nothing to
-// flush.
-func WithCreateHold(ctx context.Context) context.Context {
-	return context.WithValue(ctx, createHoldKey{}, true)
-}
-
-type createHoldKey struct{}
-
-func createHeld(ctx context.Context) bool {
-	b, _ := ctx.Value(createHoldKey{}).(bool)
-	return b
 }
 
 // setHold places (on) or clears the calling session's data hold on

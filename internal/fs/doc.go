@@ -156,11 +156,7 @@
 // after the writer's close is its data (close-to-open consistency); a
 // hold whose writer died lapses at HoldUntil, leaving the file as it was.
 // Snapshot readers never wait. A metadata server drains holds before a
-// snapshot (WaitHolds). A create may place its session's hold on the new
-// file (WithCreateHold), so that its close needs no SetHold: other
-// sessions then wait for the file from its creation on, and the client
-// clears the hold (SetUnhold, which may come with attribute changes) when
-// it closes the file with nothing to flush or keeps it open long.
+// snapshot (WaitHolds).
 //
 // # Orphans
 //

@@ -325,10 +325,6 @@ func (f *FS) mknode(ctx context.Context, dir Handle, name string, obj newObject)
 		// of this file system's (newGUID), never another's data.
 		return Attr{}, errf(syscall.EINVAL, "replayed create of %q: blob %v is not a blob of file system %d", name, want.Blob, f.cfg.Number)
 	}
-	// A new regular file may start under its creator's data hold
-	// (WithCreateHold).
-	hold := obj.mode&sIFMT == sIFREG && createHeld(ctx) && SessionOf(ctx) != 0
-	holdUntil := f.now().Add(HoldFor).UnixNano()
 	var a Attr
 	err := f.update(ctx, func(w *wtx) error {
 		k := f.keys
@@ -386,9 +382,6 @@ func (f *FS) mknode(ctx context.Context, dir Handle, name string, obj newObject)
 			if replay && !want.Blob.IsZero() {
 				n.Blob = want.Blob // checked before the transaction
 			}
-			if hold {
-				n.HoldSession, n.HoldUntil = SessionOf(ctx), holdUntil
-			}
 		case sIFLNK:
 			n.Size = uint64(len(obj.target))
 			if len(obj.target) <= maxInlineSymlinkBytes {
@@ -416,9 +409,6 @@ func (f *FS) mknode(ctx context.Context, dir Handle, name string, obj newObject)
 		a = f.attrOf(h, n)
 		return nil
 	})
-	if err == nil && hold {
-		f.noteHold(a.Handle, true, holdUntil)
-	}
 	return a, err
 }
 

@@ -22,9 +22,7 @@
 // data goes to tracts is flushed after close returns, under a data hold
 // that makes other clients wait for it (files.go, Flushes after close;
 // fs.SetHold); the last close of a file (release), fsync, fsyncdir,
-// syncfs, rename and unmount wait for those flushes. Where the metadata
-// service can (HoldCreator), a new file starts under that hold, so its
-// close sends no request of its own.
+// syncfs, rename and unmount wait for those flushes.
 //
 // fsclienttest is the model test of this API, run over every kind of
 // metadata service.

@@ -45,11 +45,6 @@ type file struct {
 	// late is open while a flush after close of the file waits to run
 	// (it then takes mu and closes it).
 	late chan struct{}
-	// createHeld: the file was created under this client's data hold
-	// (HoldCreator) and nothing has cleared it yet: a block commit with a
-	// modification time, or SetUnhold (at a close with nothing to flush,
-	// or createHoldIdle after the create if the file is still open).
-	createHeld bool
 
 	// The committed state this client last saw, under cacheMu. complete
 	// says blocks lists every live block (a missing start is a hole).
@@ -321,33 +316,25 @@ func (st *file) sentAttrs(p fs.SetAttrIn) {
 }
 
 // sendHeldAttrs sends the attribute changes held back for st (after its
-// buffered writes: an explicit time set after them wins), with the
-// clearing of a create's hold that no block commit cleared. Callers hold
-// st.mu.
+// buffered writes: an explicit time set after them wins).
 func (f *FS) sendHeldAttrs(ctx context.Context, st *file) error {
 	st.sumMu.Lock()
 	p := st.pend
 	st.sumMu.Unlock()
-	in := p
-	if st.createHeld {
-		in.Valid |= fs.SetUnhold
-	}
-	if in.Valid == 0 {
+	if p.Valid == 0 {
 		return nil
 	}
-	a, err := f.md.SetAttr(ctx, st.h, in)
+	a, err := f.md.SetAttr(ctx, st.h, p)
 	if e := fs.Errno(err); e == syscall.ENOENT || e == syscall.ESTALE {
 		// Gone, as the buffered data (flushLocked): nothing to change.
 		st.sumMu.Lock()
 		st.pend = fs.SetAttrIn{}
 		st.sumMu.Unlock()
-		st.createHeld = false
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	st.createHeld = false
 	st.sumMu.Lock()
 	if st.pend == p {
 		st.pend = fs.SetAttrIn{}
@@ -539,16 +526,6 @@ func (f *FS) SyncAll(ctx context.Context) error {
 // flushed, as before, but now possibly after close returned: the file
 // keeps its earlier contents, and other clients wait at most fs.HoldFor
 // for it. Small files (inline) and read-only mounts never flush late.
-//
-// The hold costs a request of its own at close, unless the file's create
-// placed it (HoldCreator: the hold of a file just created, still open):
-// then the close of a file flushed late sends nothing, and a small file's
-// inline commit clears it as any final commit does. Other clients wait
-// for such a file from its create on, which for a file written and closed
-// at once (an untar, a copy) is as good as from its close; a file still
-// open createHoldIdle after its create has the hold cleared, and one
-// closed with nothing to flush clears it with its held attributes
-// (sendHeldAttrs), so nobody waits long for a file that is not coming.
 
 // canFlushLater reports whether st's buffered writes may be flushed after
 // close: they go to tracts (an inline file costs one early-answered
@@ -572,15 +549,12 @@ func (f *FS) canFlushLater(st *file) bool {
 	return size > fs.MaxInlineBytes
 }
 
-// flushLater places st's hold (unless its create placed it) and queues
-// its flush, and reports whether it did (if not, the caller flushes now).
-// Callers hold st.mu.
+// flushLater places st's hold and queues its flush, and reports whether
+// it did (if not, the caller flushes now). Callers hold st.mu.
 func (f *FS) flushLater(ctx context.Context, st *file) bool {
-	if !st.createHeld {
-		if _, err := f.md.SetAttr(ctx, st.h, fs.SetAttrIn{Valid: fs.SetHold}); err != nil {
-			f.log.Debug("a data hold was refused; flushing at close", "handle", st.h, "err", err)
-			return false
-		}
+	if _, err := f.md.SetAttr(ctx, st.h, fs.SetAttrIn{Valid: fs.SetHold}); err != nil {
+		f.log.Debug("a data hold was refused; flushing at close", "handle", st.h, "err", err)
+		return false
 	}
 	st.late = make(chan struct{})
 	f.filesMu.Lock()
@@ -626,38 +600,9 @@ func (f *FS) runLate(st *file) {
 	f.lateMu.Unlock()
 }
 
-// createHoldIdle is how long a file created under this client's hold
-// (HoldCreator) may stay open before the client clears the hold: other
-// clients' lookups, stats and opens of the file wait for it meanwhile.
-// Past it, the file's close places a hold of its own, as for any file.
-const createHoldIdle = 500 * time.Millisecond
-
-// createdHeld records that st was created under this client's hold and
-// has it cleared if the file is still open, unflushed, createHoldIdle
-// from now.
-func (f *FS) createdHeld(st *file) {
-	st.mu.Lock()
-	st.createHeld = true
-	st.mu.Unlock()
-	f.filesMu.Lock()
-	st.pins++ // until the timer ran
-	f.filesMu.Unlock()
-	time.AfterFunc(createHoldIdle, func() {
-		defer f.unpin(st)
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		if !st.createHeld || st.late != nil {
-			return // cleared, or a flush after close counts on it
-		}
-		f.unhold(st)
-	})
-}
-
 // unhold clears st's data hold after a flush that failed (best effort:
-// the hold lapses after fs.HoldFor anyway), or a create's hold the file
-// no longer needs. Callers hold st.mu.
+// the hold lapses after fs.HoldFor anyway).
 func (f *FS) unhold(st *file) {
-	st.createHeld = false
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := f.md.SetAttr(ctx, st.h, fs.SetAttrIn{Valid: fs.SetUnhold}); err != nil && fs.Errno(err) != syscall.ENOENT && fs.Errno(err) != syscall.ESTALE {
@@ -760,7 +705,6 @@ func (f *FS) flushLocked(ctx context.Context, st *file) error {
 			lost += int64(db.size)
 		}
 		f.dropDirty(st)
-		st.createHeld = false
 		f.filesMu.Lock()
 		open := st.opens > 0
 		f.filesMu.Unlock()
@@ -776,7 +720,6 @@ func (f *FS) flushLocked(ctx context.Context, st *file) error {
 	}
 	f.stats.Flushes.Add(1)
 	f.dropDirty(st)
-	st.createHeld = false // the last commit, with a modification time, cleared it
 	return nil
 }
 

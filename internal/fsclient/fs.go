@@ -313,15 +313,7 @@ func (f *FS) Create(ctx context.Context, dir fs.Handle, name string, mode uint32
 	if err := f.writable(); err != nil {
 		return fs.Attr{}, err
 	}
-	hc, held := f.md.(HoldCreator)
-	held = held && f.cfg.FlushAfterClose && !f.readOnly
-	var a fs.Attr
-	var err error
-	if held {
-		a, err = hc.CreateHeld(ctx, dir, name, mode, cred)
-	} else {
-		a, err = f.md.Create(ctx, dir, name, mode, cred, true)
-	}
+	a, err := f.md.Create(ctx, dir, name, mode, cred, true)
 	if err != nil {
 		return a, err
 	}
@@ -330,9 +322,6 @@ func (f *FS) Create(ctx context.Context, dir fs.Handle, name string, mode uint32
 	f.filesMu.Lock()
 	st.opens++
 	f.filesMu.Unlock()
-	if held {
-		f.createdHeld(st)
-	}
 	f.saw(&a)
 	// A new file: its state is known and it has no blocks, so its first
 	// flush needs no read of either.

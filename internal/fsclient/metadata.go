@@ -48,14 +48,6 @@ type Metadata interface {
 	CommitBlocks(ctx context.Context, h fs.Handle, blob fs.GUID, blocks []fs.NewBlock, c fs.Commit) (fs.BlocksCommitted, error)
 }
 
-// HoldCreator is implemented by a Metadata that can create a regular
-// file, open, under the session's data hold (fs.WithCreateHold): a client
-// that flushes after close then places no hold at close (files.go,
-// Flushes after close).
-type HoldCreator interface {
-	CreateHeld(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, error)
-}
-
 // Syncer is implemented by a Metadata whose server may answer a change
 // before it is durable (internal/meta's early replies): Sync waits until
 // every change answered so far is durable.
@@ -70,10 +62,7 @@ type Local struct {
 	Session uint64
 }
 
-var (
-	_ Metadata    = Local{}
-	_ HoldCreator = Local{}
-)
+var _ Metadata = Local{}
 
 func (l Local) ctx(ctx context.Context) context.Context { return fs.WithSession(ctx, l.Session) }
 
@@ -93,16 +82,6 @@ func (l Local) Create(ctx context.Context, dir fs.Handle, name string, mode uint
 	ctx = l.ctx(ctx)
 	a, err := l.FS.Create(ctx, dir, name, mode, cred)
 	if err == nil && open {
-		l.FS.OpenNew(ctx, a.Handle)
-	}
-	return a, err
-}
-
-// CreateHeld implements HoldCreator.
-func (l Local) CreateHeld(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, error) {
-	ctx = l.ctx(ctx)
-	a, err := l.FS.Create(fs.WithCreateHold(ctx), dir, name, mode, cred)
-	if err == nil {
 		l.FS.OpenNew(ctx, a.Handle)
 	}
 	return a, err

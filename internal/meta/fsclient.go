@@ -618,18 +618,6 @@ func (m *FSClient) Create(ctx context.Context, dir fs.Handle, name string, mode 
 	return a, err
 }
 
-// CreateHeld implements fsclient.HoldCreator: Create with open, the new
-// file under the session's data hold (fs.WithCreateHold).
-func (m *FSClient) CreateHeld(ctx context.Context, dir fs.Handle, name string, mode uint32, cred fs.Cred) (fs.Attr, error) {
-	mark := m.syncMark()
-	a, err := m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_FILE, Dir: handleToPB(dir), Name: name, Mode: mode,
-		Cred: &pb.Cred{Uid: cred.Uid, Gid: cred.Gid}, Open: true, Hold: m.snap == 0})
-	if err == nil {
-		m.heldOpen(ctx, a.Handle, mark)
-	}
-	return a, err
-}
-
 // Mknod implements fsclient.Metadata.
 func (m *FSClient) Mknod(ctx context.Context, dir fs.Handle, name string, mode uint32, rdev uint64, cred fs.Cred) (fs.Attr, error) {
 	return m.create(ctx, &pb.CreateRequest{Kind: pb.CreateRequest_NODE, Dir: handleToPB(dir), Name: name, Mode: mode, Rdev: rdev,

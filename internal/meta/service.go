@@ -301,9 +301,6 @@ func (s *Server) Create(ctx context.Context, req *pb.CreateRequest) (*pb.AttrRes
 		}
 		ctx = fs.WithWant(ctx, want)
 	}
-	if req.GetHold() && req.GetKind() == pb.CreateRequest_FILE && req.GetOpen() && req.GetHeader().GetSession() != 0 && req.GetHeader().GetSnapshot() == 0 {
-		ctx = fs.WithCreateHold(ctx)
-	}
 	var a fs.Attr
 	var da *pb.Attr
 	var remote struct {

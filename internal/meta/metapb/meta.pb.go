@@ -1208,11 +1208,8 @@ type CreateRequest struct {
 	// A replay (Header.replay) of a create answered early names what the
 	// first run gave: the new object's handle and (files) blob, which the
 	// run again must reproduce.
-	Want     *Handle `protobuf:"bytes,10,opt,name=want,proto3" json:"want,omitempty"`
-	WantBlob []byte  `protobuf:"bytes,11,opt,name=want_blob,json=wantBlob,proto3" json:"want_blob,omitempty"`
-	// FILE with open only: the new file starts under the session's data
-	// hold (fs.WithCreateHold), which its close then needs not place.
-	Hold          bool `protobuf:"varint,12,opt,name=hold,proto3" json:"hold,omitempty"`
+	Want          *Handle `protobuf:"bytes,10,opt,name=want,proto3" json:"want,omitempty"`
+	WantBlob      []byte  `protobuf:"bytes,11,opt,name=want_blob,json=wantBlob,proto3" json:"want_blob,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1322,13 +1319,6 @@ func (x *CreateRequest) GetWantBlob() []byte {
 		return x.WantBlob
 	}
 	return nil
-}
-
-func (x *CreateRequest) GetHold() bool {
-	if x != nil {
-		return x.Hold
-	}
-	return false
 }
 
 type ReadlinkRequest struct {
@@ -4582,7 +4572,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\batime_ns\x18\b \x01(\x03R\aatimeNs\x12\x19\n" +
 	"\bmtime_ns\x18\t \x01(\x03R\amtimeNs\x12\x19\n" +
 	"\bctime_ns\x18\n" +
-	" \x01(\x03R\actimeNs\"\xc3\x03\n" +
+	" \x01(\x03R\actimeNs\"\xaf\x03\n" +
 	"\rCreateRequest\x12-\n" +
 	"\x06header\x18\x01 \x01(\v2\x15.arbor.meta.v1.HeaderR\x06header\x125\n" +
 	"\x04kind\x18\x02 \x01(\x0e2!.arbor.meta.v1.CreateRequest.KindR\x04kind\x12'\n" +
@@ -4595,8 +4585,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x04open\x18\t \x01(\bR\x04open\x12)\n" +
 	"\x04want\x18\n" +
 	" \x01(\v2\x15.arbor.meta.v1.HandleR\x04want\x12\x1b\n" +
-	"\twant_blob\x18\v \x01(\fR\bwantBlob\x12\x12\n" +
-	"\x04hold\x18\f \x01(\bR\x04hold\"6\n" +
+	"\twant_blob\x18\v \x01(\fR\bwantBlob\"6\n" +
 	"\x04Kind\x12\b\n" +
 	"\x04FILE\x10\x00\x12\b\n" +
 	"\x04NODE\x10\x01\x12\r\n" +
