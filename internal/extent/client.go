@@ -348,14 +348,16 @@ func invoke[Resp interface{ GetLeaderId() uint64 }](ctx context.Context, c *Clie
 	call func(context.Context, pb.ExtentClient) (Resp, error)) (Resp, error) {
 	var zero Resp
 	start := time.Now()
-	// unknown is the first attempt whose outcome is unknown. A later
-	// attempt that fails without reaching a state machine (no leader, a
-	// refused connection: ErrUnavailable) says nothing about it, so the
-	// call's outcome stays unknown: answering "unavailable" there told a
-	// coordinator that a prepare-and-decide which had committed had not.
+	// unknown is the first attempt whose outcome is unknown. Only a
+	// later answer of the state machine itself (a refusal it decided,
+	// or its memory of the first run under the request id) says what
+	// became of it; any other failure (no leader, a refused connection,
+	// a credential refused) leaves the call's outcome unknown: answering
+	// "unavailable" there told a coordinator that a prepare-and-decide
+	// which had committed had not.
 	var unknown error
 	fail := func(err error) (Resp, error) {
-		if unknown != nil && errors.Is(err, ErrUnavailable) {
+		if unknown != nil && !decidedByStateMachine(err) {
 			return zero, newError(ErrAmbiguous, op, id, "%v, after an attempt with an unknown outcome (%v)", err, unknown)
 		}
 		return zero, err
@@ -387,6 +389,17 @@ func invoke[Resp interface{ GetLeaderId() uint64 }](ctx context.Context, c *Clie
 			return fail(err)
 		}
 	}
+}
+
+// decidedByStateMachine reports whether err is a refusal an extent's state
+// machine (or its request validation) decided: the request did nothing.
+func decidedByStateMachine(err error) bool {
+	for _, kind := range []error{ErrConflict, ErrStale, ErrPrepared, ErrAborted, ErrNoSpace, ErrInvalid, ErrAmbiguous} {
+		if errors.Is(err, kind) {
+			return true
+		}
+	}
+	return false
 }
 
 // ReadPage reads the page p points to: its data and slot, linearizably,

@@ -266,7 +266,11 @@ func (c *Client) abandon(ctx context.Context, id uint64, expiry int64, parts []p
 	switch {
 	case k < len(parts)-1:
 		upTo = len(parts) - 1
-	case ambiguous:
+	default:
+		// The commit point itself failed: the walk starts there. Its
+		// abort either leaves a tombstone (it can never decide, so the
+		// prepared parts may go) or finds it decided (a refusal that
+		// was not one) before any prepared part is unlocked.
 		upTo = k + 1
 	}
 	if upTo > 0 {

@@ -80,7 +80,7 @@ func (c *baseCache) put(ref btree.PageRef, slot uint64, data []byte) {
 	defer c.mu.Unlock()
 	if el, ok := c.entries[ref]; ok {
 		e := el.Value.(*baseEntry)
-		if e.slot >= slot {
+		if e.slot > slot {
 			c.lru.MoveToFront(el)
 			return
 		}

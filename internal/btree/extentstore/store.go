@@ -144,10 +144,10 @@ func (s *Store) Commit(ctx context.Context, ops []btree.Op) ([]uint64, error) {
 	}
 	s.countSent(elems, ops)
 	res, err := s.c.Commit(ctx, elems)
-	if err != nil && deltas > 0 && errors.Is(err, extent.ErrInvalid) {
+	if err != nil && deltas > 0 && errors.Is(err, extent.ErrDeltaMismatch) {
 		// Refused before anything changed: a delta that did not rebuild
-		// its page (a base that is not the page at its slot), or a
-		// replica that knows no deltas. Full images, once.
+		// its page (a base that is not the page at its slot). Full
+		// images, once.
 		s.metrics.fallbacks.Add(1)
 		for i, e := range elems {
 			if e.Delta != nil {
