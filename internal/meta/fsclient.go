@@ -775,13 +775,22 @@ func (m *FSClient) RemoveXattr(ctx context.Context, h fs.Handle, name string) er
 
 // Open implements fsclient.Metadata.
 func (m *FSClient) Open(ctx context.Context, hd fs.Handle) (fs.Attr, error) {
-	if err := m.rel.cancel(ctx, hd); err != nil {
+	dropped, err := m.rel.cancel(ctx, hd)
+	if err != nil {
+		if dropped {
+			m.rel.add(hd)
+		}
 		return fs.Attr{}, fmt.Errorf("%w: waiting for a release of %v to be answered: %w", syscall.EIO, hd, err)
 	}
 	mark := m.syncMark()
 	a, err := m.attrCall(ctx, hd.D, false, func(ctx context.Context, cl pb.MetaClient, h *pb.Header) (*pb.AttrResponse, error) {
 		return cl.Open(ctx, &pb.OpenRequest{Header: h, Handle: handleToPB(hd)})
 	})
+	if err != nil && dropped {
+		// The open that was to take the queued release's place did not
+		// happen: the server still counts the earlier open.
+		m.rel.add(hd)
+	}
 	if err == nil && !a.IsDir() {
 		m.heldOpen(ctx, hd, mark)
 	}

@@ -131,20 +131,23 @@ func (q *releaseQueue) finish(b releaseBatch, delivered bool) {
 // cancel takes back h's release (an open of h is about to be sent):
 // dropped if queued, and waited for if a request carries it now, so that
 // it never reaches the server after the open.
-func (q *releaseQueue) cancel(ctx context.Context, h fs.Handle) error {
+func (q *releaseQueue) cancel(ctx context.Context, h fs.Handle) (dropped bool, err error) {
 	for {
 		q.mu.Lock()
-		delete(q.queued, h)
+		if _, ok := q.queued[h]; ok {
+			dropped = true
+			delete(q.queued, h)
+		}
 		done := q.sent[h]
 		q.mu.Unlock()
 		if done == nil {
-			return nil
+			return dropped, nil
 		}
 		select {
 		case <-done:
 			// Answered, or queued again (then dropped on the next turn).
 		case <-ctx.Done():
-			return ctx.Err()
+			return dropped, ctx.Err()
 		}
 	}
 }
@@ -199,7 +202,17 @@ func (m *FSClient) sendReleases(ctx context.Context) error {
 				continue // carried by the request of another
 			}
 			err := m.call(ctx, h.D, func(ctx context.Context, cl pb.MetaClient, hdr *pb.Header) (*pb.Error, error) {
-				resp, err := cl.Release(ctx, &pb.OpenRequest{Header: hdr, Handle: handleToPB(h)})
+				body := handleToPB(h)
+				if !carries(hdr, h) {
+					// An open took h back (or another request carried it)
+					// since the check above: naming it here would release
+					// that open. Send only what the header carries.
+					if len(hdr.GetReleases()) == 0 {
+						return nil, nil
+					}
+					body = hdr.Releases[0]
+				}
+				resp, err := cl.Release(ctx, &pb.OpenRequest{Header: hdr, Handle: body})
 				return resp.GetError(), err
 			})
 			if err != nil {
