@@ -261,8 +261,10 @@ func (m *FSClient) Close(ctx context.Context) error {
 		if m.snap == 0 {
 			err = m.j.sync(ctx)
 		}
-		if rerr := m.sendReleases(ctx); err == nil {
-			err = rerr
+		if rerr := m.sendReleases(ctx); rerr != nil {
+			// Only a hint: ending the session below releases every open
+			// it holds.
+			m.c.log.Debug("sending the session's last releases", "fs", m.f, "session", m.session, "err", rerr)
 		}
 		close(m.stop)
 		m.wg.Wait()
