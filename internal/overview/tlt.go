@@ -51,7 +51,11 @@ type ServerView struct {
 	Tracts     uint64 `json:"tracts"`
 	Bytes      uint64 `json:"bytes"`
 	CatchingUp int    `json:"catching_up"`
-	Error      string `json:"error,omitempty"`
+	// OnlyCopyRows are the rows whose only complete copies may be on this
+	// server's node (tract.RowsWaiting with the node dead): giving the
+	// node up would repair them from an incomplete copy.
+	OnlyCopyRows []int  `json:"only_copy_rows,omitempty"`
+	Error        string `json:"error,omitempty"`
 }
 
 // RowView is one row of the table.
@@ -203,6 +207,26 @@ func BuildTLT(t *tract.Table, nodes map[uint64]*dpb.Node, statuses map[uint64]*t
 		}
 		v.RowsWaiting++
 	}
+	// What giving each node up would cost, by the manager's own rule: the
+	// rows that would wait for it if it were dead are those whose only
+	// complete copies it may hold.
+	onlyOn := map[uint64][]int{}
+	for s := range servers {
+		if _, done := onlyOn[s.Node]; done {
+			continue
+		}
+		rows := []int{}
+		without := func(x tract.ServerID) bool { return x.Node != s.Node && live(x) }
+		for _, w := range tract.RowsWaiting(tract.RepairInput{Table: t, Live: without, InSync: complete, Gone: gone}) {
+			if slices.ContainsFunc(w.For, func(x tract.ServerID) bool { return x.Node == s.Node }) {
+				rows = append(rows, w.Row)
+			}
+		}
+		onlyOn[s.Node] = rows
+	}
+	for s, sv := range servers {
+		sv.OnlyCopyRows = onlyOn[s.Node]
+	}
 	ids := make([]tract.ServerID, 0, len(servers))
 	for s := range servers {
 		ids = append(ids, s)
@@ -231,38 +255,17 @@ func HumanBytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// RowsOnlyOn lists the rows whose only copy known to be complete is on
-// node's disks: rows that wait for one of them (WaitingFor), and rows
-// where a member on node is in sync and no member elsewhere is. Giving
-// the node up (decommissioning it) makes the TLT manager repair those
-// rows from an incomplete copy, losing what only node held; a node whose
-// rows all have complete copies elsewhere can go without loss.
+// RowsOnlyOn lists the rows whose only complete copies may be on node's
+// disks (ServerView.OnlyCopyRows): decommissioning it makes the TLT
+// manager repair them from an incomplete copy, losing what only node
+// held; a node whose rows all have complete copies elsewhere can go
+// without loss.
 func (v TLTView) RowsOnlyOn(node uint64) []int {
 	prefix := strconv.FormatUint(node, 10) + "/"
-	on := func(s string) bool { return strings.HasPrefix(s, prefix) }
-	var rows []int
-	for _, r := range v.Rows {
-		if slices.ContainsFunc(r.WaitingFor, on) {
-			rows = append(rows, r.Row)
-			continue
-		}
-		behind := map[string]bool{}
-		for _, b := range r.Behind {
-			behind[behindServer(b)] = true
-		}
-		var here, elsewhere bool
-		for _, s := range r.Slots {
-			switch {
-			case behind[s]:
-			case on(s):
-				here = true
-			default:
-				elsewhere = true
-			}
-		}
-		if here && !elsewhere {
-			rows = append(rows, r.Row)
+	for _, sv := range v.Servers {
+		if strings.HasPrefix(sv.Server, prefix) {
+			return sv.OnlyCopyRows
 		}
 	}
-	return rows
+	return nil
 }
